@@ -1,0 +1,1 @@
+"""Shipped scenarios (YAML); installed as the package ``specaudit.shipped``."""

@@ -1,0 +1,148 @@
+"""Checks: each binds one property of a scenario to one statistic and returns a CheckResult.
+
+A check is a function ``(measured: Measured) -> CheckResult | None`` (None: does not apply)
+registered in ``STATISTICAL_CHECKS``. Its p-value is raw; the runner applies Holm over the run
+and turns PENDING into a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from specaudit import exact, stats
+from specaudit.chains import TabularChain
+from specaudit.results import Category, CheckResult, Status
+from specaudit.scenarios import MAX_JOINT_CELLS, Scenario
+from specaudit.simulate import JointCounts, RoundStats
+
+#: How many most-deviating cells a joint-law result keeps for reports.
+TOP_CELLS = 8
+#: Joint laws with at most this many cells are stored whole in the result (for plots).
+STORE_CELLS = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class Measured:
+    """What one scenario's simulation produced, with its exact references (computed lazily)."""
+
+    scenario: Scenario
+    target: TabularChain
+    draft: TabularChain
+    rounds: RoundStats
+    joint: JointCounts | None
+    method: str = "pearson"
+
+    @cached_property
+    def horizon(self) -> exact.HorizonLaw:
+        """Return the exact finite-horizon round law."""
+        return exact.finite_horizon(self.target, self.draft, self.scenario.draft_law, self.scenario.length)
+
+
+def _cell_label(index: int, vocab: int, length: int) -> list[int]:
+    return [int(x) for x in np.unravel_index(index, (vocab,) * length)]
+
+
+def _deviations(observed: np.ndarray, expected: np.ndarray, vocab: int, length: int) -> list[dict]:
+    """Return the cells with the largest standardised residuals (obs - exp) / sqrt(exp)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        resid = np.where(expected > 0, (observed - expected) / np.sqrt(expected), np.where(observed > 0, np.inf, 0.0))
+    top = np.argsort(-np.abs(resid), kind="stable")[:TOP_CELLS]
+    return [
+        {
+            "cell": _cell_label(int(i), vocab, length),
+            "observed": int(observed[i]),
+            "expected": float(expected[i]),
+            "residual": float(resid[i]),
+        }
+        for i in top
+        if observed[i] or expected[i]
+    ]
+
+
+def joint_law(m: Measured) -> CheckResult | None:
+    """Test the law of whole generated sequences against the target's joint law."""
+    if m.joint is None:
+        return None
+    sc = m.scenario
+    probs = exact.joint_probabilities(m.target, sc.length)
+    fit = stats.goodness_of_fit(m.joint.counts, probs, method=m.method)
+    expected = probs * fit.n
+    data = {
+        "method": fit.method,
+        "n": fit.n,
+        "cells": fit.cells,
+        "groups": fit.groups,
+        "impossible": fit.impossible,
+        "tv": fit.tv,
+        "tv_null": fit.tv_null,
+        "effect_size": fit.effect_size(),
+        "top_cells": _deviations(m.joint.counts, expected, sc.vocab, sc.length),
+    }
+    if probs.size <= STORE_CELLS:
+        data["observed"] = m.joint.counts.tolist()
+        data["expected"] = expected.tolist()
+    name = "X^2" if fit.method == "pearson" else "G^2"
+    summary = f"{name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f} (null ~{fit.tv_null:.4f})"
+    if fit.impossible:
+        summary = f"{fit.impossible} sequences of target probability 0 were emitted; " + summary
+    return CheckResult(
+        "joint-law", Category.DISTRIBUTION, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
+    )
+
+
+def tokens_per_step(m: Measured) -> CheckResult:
+    """Compare mean tokens per verify call with its exact finite-horizon value."""
+    exact_tps = m.horizon.tokens_per_step
+    test = stats.ratio_test(m.rounds.moments, m.rounds.sequences, exact_tps)
+    lo, hi = test.ci()
+    data = {
+        "estimate": test.estimate,
+        "exact": exact_tps,
+        "stderr": test.stderr,
+        "ci999": [lo, hi],
+        "expected_rounds": m.horizon.expected_rounds,
+    }
+    alpha = exact.acceptance_rate(m.target.dist[0], m.draft.dist[0]) if m.target.n_states == m.draft.n_states == 1 else None
+    if alpha is not None:
+        data["alpha"] = alpha
+    summary = f"{test.estimate:.4f} tokens/step vs exact {exact_tps:.4f} (99.9% CI {lo:.4f}..{hi:.4f}, z = {test.statistic:+.2f})"
+    law = m.scenario.draft_law
+    if alpha is not None and law[-1] == 1.0:
+        k = len(law) - 1
+        data["closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
+        summary += f"; closed form (1 - a^{k + 1}) / (1 - a) = {data['closed_form']:.3f} at a = {alpha:.3f}"
+    return CheckResult(
+        "tokens-per-step", Category.EFFICIENCY, Status.PENDING, summary, test.statistic, test.pvalue, data=data
+    )
+
+
+def accept_length(m: Measured) -> CheckResult:
+    """Test the first round's accepted-count law (i.i.d. across sequences) against the exact law."""
+    law = exact.first_round_accept_law(m.target, m.draft, m.scenario.draft_law)
+    fit = stats.goodness_of_fit(m.rounds.accept_first, law, method=m.method)
+    total = m.rounds.accept_all.sum()
+    data = {
+        "observed_first": m.rounds.accept_first.tolist(),
+        "expected_first": (law * fit.n).tolist(),
+        "observed_all": (m.rounds.accept_all / max(total, 1)).tolist(),
+        "expected_all": m.horizon.accept_law.tolist(),
+        "tv": fit.tv,
+    }
+    summary = f"first-round accepted counts: X^2 = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f}"
+    if fit.impossible:
+        summary = f"{fit.impossible} rounds accepted a count of probability 0; " + summary
+    return CheckResult(
+        "accept-length", Category.EFFICIENCY, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
+    )
+
+
+STATISTICAL_CHECKS: list[Callable[[Measured], CheckResult | None]] = [joint_law, tokens_per_step, accept_length]
+
+
+def wants_joint(scenario: Scenario) -> bool:
+    """Return True when the joint law is small enough to enumerate."""
+    return scenario.joint_cells <= MAX_JOINT_CELLS

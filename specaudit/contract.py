@@ -1,0 +1,116 @@
+"""The canonical verifier contract and the validation of what a verifier returns.
+
+::
+
+    verify(draft[B,K] int64, q[B,K,V] float64, p[B,K+1,V] float64, num_draft[B] int64,
+           rng: np.random.Generator) -> (out[B,K+1] int64 padded with -1, n_out[B] int64)
+
+Row ``b`` has ``num_draft[b] <= K`` valid drafts; ``p[b, num_draft[b]]`` is its bonus position;
+everything past it is padding the verifier must not read. ``n_out = accepted + 1``.
+
+Each clause has a stable id, used in messages, reports and JUnit names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from specaudit.errors import ContractError
+
+#: Clause id -> what the verifier must do.
+CLAUSES: dict[str, str] = {
+    "return": "return a pair (out, n_out)",
+    "shape": "out has shape (B, K+1) and n_out has shape (B,)",
+    "dtype": "out and n_out hold integers (not floats, NaN or inf)",
+    "n_out-range": "1 <= n_out[b] <= num_draft[b] + 1",
+    "vocab-range": "every emitted id out[b, :n_out[b]] lies in [0, V)",
+    "padding": "out[b, n_out[b]:] is -1",
+    "prefix": "the first n_out[b] - 1 emitted tokens are the accepted drafts draft[b, :n_out[b]-1]",
+}
+
+
+class Verifier(Protocol):
+    """A callable in the canonical contract."""
+
+    def __call__(
+        self,
+        draft: np.ndarray,
+        q: np.ndarray,
+        p: np.ndarray,
+        num_draft: np.ndarray,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _first_bad_row(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))[0])
+
+
+def validate_output(
+    result: Any, draft: np.ndarray, num_draft: np.ndarray, vocab: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Check a verifier's return value against the contract; return ``(out, n_out)`` as int64.
+
+    Raises ContractError naming the first clause broken and the first offending row.
+    """
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise ContractError("return", f"{CLAUSES['return']}; got {type(result).__name__}")
+    out, n_out = (np.asarray(x) for x in result)
+    batch, k = draft.shape
+    if out.shape != (batch, k + 1) or n_out.shape != (batch,):
+        raise ContractError(
+            "shape", f"{CLAUSES['shape']}: expected ({batch}, {k + 1}) and ({batch},), got {out.shape} and {n_out.shape}"
+        )
+    for name, arr in (("out", out), ("n_out", n_out)):
+        if not np.issubdtype(arr.dtype, np.integer):
+            bad = "" if arr.dtype.kind != "f" or np.all(np.isfinite(arr)) else " (holding NaN/inf)"
+            raise ContractError("dtype", f"{CLAUSES['dtype']}: {name} has dtype {arr.dtype}{bad}")
+    out = out.astype(np.int64, copy=False)
+    n_out = n_out.astype(np.int64, copy=False)
+    bad = (n_out < 1) | (n_out > num_draft + 1)
+    if bad.any():
+        b = int(np.flatnonzero(bad)[0])
+        raise ContractError(
+            "n_out-range", f"{CLAUSES['n_out-range']}: row {b} has n_out = {n_out[b]}, num_draft = {num_draft[b]}"
+        )
+    emitted = np.arange(k + 1)[None, :] < n_out[:, None]
+    bad = emitted & ((out < 0) | (out >= vocab))
+    if bad.any():
+        b = _first_bad_row(bad)
+        raise ContractError("vocab-range", f"{CLAUSES['vocab-range']} (V = {vocab}): row {b} emitted {out[b, : n_out[b]].tolist()}")
+    bad = ~emitted & (out != -1)
+    if bad.any():
+        b = _first_bad_row(bad)
+        raise ContractError("padding", f"{CLAUSES['padding']}: row {b} is {out[b].tolist()} with n_out = {n_out[b]}")
+    bad = (np.arange(k)[None, :] < (n_out - 1)[:, None]) & (out[:, :k] != draft)
+    if bad.any():
+        b = _first_bad_row(bad)
+        raise ContractError(
+            "prefix", f"{CLAUSES['prefix']}: row {b} emitted {out[b, : n_out[b]].tolist()} for drafts {draft[b].tolist()}"
+        )
+    return out, n_out
+
+
+def _user_frames(exc: BaseException) -> str:
+    """Format ``exc`` keeping only frames outside specaudit's harness (the user's code)."""
+    import traceback
+
+    harness = ("specaudit/contract.py", "specaudit/simulate.py", "specaudit/runner.py")
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith(harness)]
+    return "".join(traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)).rstrip()
+
+
+def guarded(verify: Verifier) -> Verifier:
+    """Wrap ``verify`` so that anything it raises becomes a VerifierCrash carrying the user's frames."""
+    from specaudit.errors import VerifierCrash
+
+    def call(draft, q, p, num_draft, rng):  # type: ignore[no-untyped-def]
+        try:
+            return verify(draft, q, p, num_draft, rng)
+        except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
+            where = _user_frames(exc)
+            raise VerifierCrash(f"the verifier raised {type(exc).__name__}: {exc}", where) from exc
+
+    return call

@@ -1,0 +1,89 @@
+"""Terminal report (rich): the summary table, details of failures, a one-line verdict."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from specaudit.results import RunResult, ScenarioResult, Status
+
+STYLE = {
+    Status.PASSED: "green",
+    Status.SUSPECT: "yellow",
+    Status.FAILED: "bold red",
+    Status.ERROR: "bold magenta",
+    Status.SKIPPED: "dim",
+    Status.PENDING: "cyan",
+}
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    if x is None:
+        return ""
+    return format(x, spec)
+
+
+def _pvalue(p: float | None) -> str:
+    if p is None:
+        return ""
+    return "<1e-300" if p == 0 else f"{p:.3g}"
+
+
+def summary_table(result: RunResult) -> Table:
+    """Return the table: one row per scenario x check."""
+    table = Table(title=f"specaudit {result.version}: {result.target}", title_justify="left")
+    for col in ("scenario", "check", "statistic", "p (Holm)", "TV (null)", "tokens/step (exact)", "verdict"):
+        table.add_column(col, justify="right" if col not in ("scenario", "check", "verdict") else "left")
+    for s in result.scenarios:
+        if s.error is not None:
+            where = f" [{s.error.clause}]" if s.error.clause else ""
+            table.add_row(s.name, f"{s.error.kind}{where}", "", "", "", "", Text("error", STYLE[Status.ERROR]))
+            continue
+        for c in s.checks:
+            d = c.data
+            tv = f"{d['tv']:.4f} ({d['tv_null']:.4f})" if "tv_null" in d else ""
+            tps = f"{d['estimate']:.3f} ({d['exact']:.3f})" if c.name == "tokens-per-step" else ""
+            stat = "" if c.statistic is None else (f"{c.statistic:.1f}" + (f"/{c.df}df" if c.df is not None else ""))
+            verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
+            table.add_row(s.name, c.name, stat, _pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue), tv, tps, verdict)
+    return table
+
+
+def _details(console: Console, s: ScenarioResult) -> None:
+    if s.error is not None:
+        console.print(f"[bold magenta]{s.name}[/]: {s.error.message}", markup=True, highlight=False)
+        if s.error.traceback:
+            console.print(Text(s.error.traceback, style="dim"))
+        return
+    for c in s.checks:
+        if c.status not in (Status.FAILED, Status.SUSPECT):
+            continue
+        console.print(Text.assemble((f"{s.name} / {c.name}: ", "bold"), c.summary))
+        top = c.data.get("top_cells") or []
+        if top:
+            t = Table("sequence", "observed", "expected", "std. residual", title="most deviating cells", title_justify="left")
+            for cell in top[:5]:
+                t.add_row(str(cell["cell"]), str(cell["observed"]), f"{cell['expected']:.1f}", f"{cell['residual']:+.1f}")
+            console.print(t)
+
+
+def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
+    """Print the run: table (unless quiet), failure details, and the final line."""
+    if verbosity >= 0:
+        console.print(summary_table(result))
+        for s in result.scenarios:
+            if s.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) or verbosity > 0:
+                _details(console, s)
+    counts: dict[Status, int] = {}
+    for s in result.scenarios:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    parts = ", ".join(f"{n} {st.value}" for st, n in sorted(counts.items(), key=lambda kv: -kv[0].severity))
+    line = Text.assemble(
+        ("specaudit: ", "bold"),
+        (result.status.value.upper(), STYLE[result.status]),
+        f" ({parts or 'nothing run'}) at family-wise alpha {result.alpha:g}, {result.seconds:.1f}s",
+    )
+    if result.interrupted:
+        line.append(" - interrupted", style="bold yellow")
+    console.print(line)

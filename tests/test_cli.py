@@ -1,0 +1,55 @@
+"""The CLI through click's CliRunner: exit codes and outputs."""
+
+import json
+
+from click.testing import CliRunner
+
+from specaudit.cli import main
+from specaudit.errors import ExitCode
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_run_reference_exits_0_and_writes_json(tmp_path):
+    out = tmp_path / "r.json"
+    res = invoke("run", "specaudit.reference:verify", "-s", "seed-context-free", "--samples", "20000", "--json", str(out))
+    assert res.exit_code == ExitCode.OK, res.output
+    assert "seed-context-free" in res.output and "2.533" in res.output
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == 1 and doc["partial"] is False and doc["exit_code"] == 0
+    assert doc["scenarios"][0]["checks"][0]["name"] == "joint-law"
+
+
+def test_run_mutant_exits_1_and_shows_cells():
+    res = invoke("run", "specaudit.mutants:resample_from_p", "-s", "markov-v4", "--samples", "50000")
+    assert res.exit_code == ExitCode.CHECKS_FAILED
+    assert "most deviating cells" in res.output and "FAILED" in res.output
+
+
+def test_usage_errors_exit_4():
+    assert invoke("run", "no_such_module:verify").exit_code == ExitCode.USAGE_ERROR
+    assert invoke("run", "specaudit.reference:verify", "--bogus").exit_code == ExitCode.USAGE_ERROR
+    res = invoke("run", "specaudit.reference:verify", "-s", "markov-v5")
+    assert res.exit_code == ExitCode.USAGE_ERROR and "did you mean 'markov-v4'" in res.output
+
+
+def test_nothing_to_run_exits_5():
+    assert invoke("run", "specaudit.reference:verify", "-s", "tag:no-such-tag").exit_code == ExitCode.NO_SCENARIOS
+
+
+def test_validate_reports_file_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nvocab: 2\nk: 1\nlength: 1\nsamples: 5\ntarget: {kind: context_free, probs: [0.5, 0.6]}\ndraft: {kind: same_as_target}\n")
+    res = invoke("validate", str(bad))
+    assert res.exit_code == ExitCode.USAGE_ERROR
+    assert f"{bad}:6: target.probs: probs sums to 1.1" in res.output
+    assert invoke("validate", "scenarios/markov-v4.yaml").exit_code == 0
+
+
+def test_list_and_schema():
+    res = invoke("list")
+    assert res.exit_code == 0 and "markov-v4" in res.output
+    res = invoke("schema")
+    assert res.exit_code == 0 and json.loads(res.output)["title"].startswith("specaudit scenario")

@@ -1,0 +1,1 @@
+"""Verifiers written in the tests: correct ones in other styles, and broken ones."""
