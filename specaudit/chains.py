@@ -40,6 +40,14 @@ class TabularChain:
         """Return the next-token laws [n, V] in ``states``."""
         return self.dist[states]
 
+    def payload(self, states: np.ndarray) -> np.ndarray:
+        """Return what the verifier is handed for ``states`` (probabilities here; logits chains override)."""
+        return self.dist[states]
+
+    def payload_of(self, probs: np.ndarray) -> np.ndarray:
+        """Return the payload form of explicit probability rows (used for padding garbage)."""
+        return probs
+
     def advance(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Return the states after emitting ``tokens`` in ``states``."""
         return self.nxt[states, tokens]

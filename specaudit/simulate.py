@@ -137,10 +137,10 @@ def simulate(
         u = rng.random((n, k))
         for i in range(k + 1):
             st_at[:, i], sd_at[:, i] = s_t, s_d
-            p[:, i] = target.probs(s_t)
+            p[:, i] = target.payload(s_t)
             if i == k:
                 break
-            q[:, i] = draft.probs(s_d)
+            q[:, i] = draft.payload(s_d)
             x = draft.sample(s_d, u[:, i])
             d_ids[:, i] = x
             live = i < nd
@@ -150,9 +150,9 @@ def simulate(
         count = int(pad.sum())
         if count:
             d_ids[pad] = rng.integers(vocab, size=count)
-            q[pad] = pool[rng.integers(GARBAGE_POOL, size=count)]
+            q[pad] = draft.payload_of(pool[rng.integers(GARBAGE_POOL, size=count)])
             pad_p = opos[None, :] > nd[:, None]
-            p[pad_p] = pool[rng.integers(GARBAGE_POOL, size=int(pad_p.sum()))]
+            p[pad_p] = target.payload_of(pool[rng.integers(GARBAGE_POOL, size=int(pad_p.sum()))])
 
         t0 = time.perf_counter()
         result = verify(d_ids, q, p, nd, verifier_rng)
