@@ -4,8 +4,32 @@ __version__ = "0.1.0"
 
 from specaudit.errors import ContractError, ExitCode, ScenarioError, SpecauditError, UsageError  # noqa: E402
 from specaudit.results import CheckResult, RunResult, ScenarioResult, Status  # noqa: E402
-from specaudit.runner import run  # noqa: E402
-from specaudit.scenarios import Scenario, load_scenario  # noqa: E402
+
+# The engine (numpy, scipy, pydantic) loads on first use (PEP 562): `import specaudit` and the
+# pytest plugin, which pytest imports in every session, stay cheap (benchmarks/plugin_import.py).
+_LAZY = {
+    "run": "specaudit.runner",
+    "Scenario": "specaudit.scenarios",
+    "load_scenario": "specaudit.scenarios",
+    "assert_lossless": "specaudit.pytest_plugin",
+}
+
+
+def __getattr__(name: str):
+    """Import a lazily exported name on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'specaudit' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "CheckResult",
@@ -18,6 +42,7 @@ __all__ = [
     "SpecauditError",
     "Status",
     "UsageError",
+    "assert_lossless",
     "load_scenario",
     "run",
 ]

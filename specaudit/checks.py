@@ -7,9 +7,10 @@ and turns PENDING into a verdict.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -35,11 +36,15 @@ class Measured:
     rounds: RoundStats
     joint: JointCounts | None
     method: str = "pearson"
+    greedy: "GreedyMatch | None" = None  # greedy mode: sequences compared with greedy decoding
+    extra: Mapping[str, Any] = field(default_factory=dict)  # more sinks by name: "prefix", "pit" (issue 7)
 
     @cached_property
     def horizon(self) -> exact.HorizonLaw:
-        """Return the exact finite-horizon round law."""
-        return exact.finite_horizon(self.target, self.draft, self.scenario.draft_law, self.scenario.length)
+        """Return the exact finite-horizon round law of the scenario's algorithm (chain, block, tree)."""
+        from specaudit import exact_multi
+
+        return exact_multi.horizon(self.scenario, self.target, self.draft)
 
 
 def _cell_label(index: int, vocab: int, length: int) -> list[int]:
@@ -96,6 +101,8 @@ def joint_law(m: Measured) -> CheckResult | None:
 
 def tokens_per_step(m: Measured) -> CheckResult:
     """Compare mean tokens per verify call with its exact finite-horizon value."""
+    if not hasattr(m.target, "dist"):
+        return None  # lazy chains: no finite state space to run the exact recursion on
     exact_tps = m.horizon.tokens_per_step
     test = stats.ratio_test(m.rounds.moments, m.rounds.sequences, exact_tps)
     lo, hi = test.ci()
@@ -111,10 +118,18 @@ def tokens_per_step(m: Measured) -> CheckResult:
         data["alpha"] = alpha
     summary = f"{test.estimate:.4f} tokens/step vs exact {exact_tps:.4f} (99.9% CI {lo:.4f}..{hi:.4f}, z = {test.statistic:+.2f})"
     law = m.scenario.draft_law
-    if alpha is not None and law[-1] == 1.0:
+    algorithm = getattr(m.scenario, "algorithm", "chain")
+    if alpha is not None and law[-1] == 1.0 and algorithm == "chain":
         k = len(law) - 1
         data["closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
         summary += f"; closed form (1 - a^{k + 1}) / (1 - a) = {data['closed_form']:.3f} at a = {alpha:.3f}"
+    elif alpha is not None and law[-1] == 1.0 and algorithm == "block":
+        from specaudit.exact_multi import block_expected_accepted  # Sun et al. 2403.10444: E[tau] = sum E[P_i]
+
+        k = len(law) - 1
+        data["closed_form"] = 1.0 + block_expected_accepted(m.target.dist[0], m.draft.dist[0], k)
+        data["chain_closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
+        summary += f"; block closed form 1 + E[tau] = {data['closed_form']:.4f} (chain: {data['chain_closed_form']:.4f})"
     return CheckResult(
         "tokens-per-step", Category.EFFICIENCY, Status.PENDING, summary, test.statistic, test.pvalue, data=data
     )
@@ -122,7 +137,11 @@ def tokens_per_step(m: Measured) -> CheckResult:
 
 def accept_length(m: Measured) -> CheckResult:
     """Test the first round's accepted-count law (i.i.d. across sequences) against the exact law."""
-    law = exact.first_round_accept_law(m.target, m.draft, m.scenario.draft_law)
+    if not hasattr(m.target, "dist"):
+        return None  # lazy chains: the exact law would sum over V**K draft paths
+    from specaudit import exact_multi
+
+    law = exact_multi.first_round_accept_law(m.scenario, m.target, m.draft)
     fit = stats.goodness_of_fit(m.rounds.accept_first, law, method=m.method)
     total = m.rounds.accept_all.sum()
     data = {
@@ -142,7 +161,20 @@ def accept_length(m: Measured) -> CheckResult:
 
 STATISTICAL_CHECKS: list[Callable[[Measured], CheckResult | None]] = [joint_law, tokens_per_step, accept_length]
 
+from specaudit.greedy import GreedyMatch, greedy_equality  # noqa: E402 - exact, greedy mode only (issue 4)
+
+STATISTICAL_CHECKS.append(greedy_equality)
+
+from specaudit.mismatch import processing  # noqa: E402 - which processed quantity diverges (issue 8)
+
+STATISTICAL_CHECKS.append(processing)
+
+from specaudit.pit import pit  # noqa: E402 - large V / L: randomised PIT omnibus (issue 7)
+from specaudit.prefix import per_prefix  # noqa: E402 - large V / L: chain-rule tests (issue 7)
+
+STATISTICAL_CHECKS += [per_prefix, pit]
+
 
 def wants_joint(scenario: Scenario) -> bool:
-    """Return True when the joint law is small enough to enumerate."""
-    return scenario.joint_cells <= MAX_JOINT_CELLS
+    """Return True when the joint law is small enough to enumerate (else per-prefix and PIT run)."""
+    return scenario.joint_cells <= MAX_JOINT_CELLS and not getattr(scenario, "lazy", False)

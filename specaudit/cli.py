@@ -73,10 +73,39 @@ def main() -> None:
 @click.option("--samples", type=int, default=None, help="Sequences per scenario (overrides the scenarios).")
 @click.option("--method", type=click.Choice(["pearson", "g"]), default="pearson", show_default=True,
               help="Goodness-of-fit statistic.")
+@click.option("--contract", type=click.Choice(["probs", "logits"]), default="probs", show_default=True,
+              help="How TARGET is called: verify(draft, q, p, num_draft, rng) on processed probabilities, or "
+                   "verify(draft, draft_logits, target_logits, num_draft, params, rng) on raw logits.")
 @click.option("--allow-inefficient", is_flag=True,
               help="Report tokens/step and accept-length failures without failing the run.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, metavar="S",
+              help="Stop a verifier call after S seconds; its scenario is an ERROR and the run goes on (0: no limit).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Run scenarios in N processes (results identical to --jobs 1).")
+@click.option("--max-memory", "max_memory", type=float, default=2.0, show_default=True, metavar="GIB",
+              help="Working memory the simulator's batch may use, in GiB (large vocabularies run in chunks).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write results as JSON (updated after every scenario).")
+@click.option("--html", "html_path", is_flag=False, flag_value="reports/", default=None, metavar="PATH",
+              help="Write a self-contained HTML report to PATH (a file, or a folder; bare --html: reports/).")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, metavar="PATH",
+              help="Write JUnit XML: a testcase per scenario x check, statistics as properties.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None, metavar="OLD.json",
+              help="Compare tokens/step and verdicts with an earlier run's JSON.")
+@click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:THRESHOLD",
+              help="With --baseline: fail when a metric regresses past the threshold, e.g. tokens-per-step:2%. Repeatable.")
+@click.option("--adapter", default=None, metavar="NAME",
+              help="Drive TARGET in its own layout: torch, hf, vllm, flashinfer, an entry point, or pkg.mod:attr "
+                   "(`specaudit adapters` lists them). Overrides a scenario's adapter.")
+@click.option("--adapter-arg", "adapter_args", multiple=True, metavar="KEY=VALUE",
+              help="An adapter option, e.g. --adapter-arg assistant_ensemble_weight=0.5. Repeatable.")
+@click.option("--device", default=None, metavar="cpu|cuda", help="Torch device for torch-based adapters.")
+@click.option("--dtype", default=None, type=click.Choice(["float64", "float32", "float16", "bfloat16"]),
+              help="Floating dtype of q and p for torch-based adapters.")
+@click.option("--suspect-level", type=float, default=None, metavar="P",
+              help="Holm p-values in (alpha, P] are SUSPECT and their scenario is re-run on a fresh seed with 4x "
+                   "the samples. Default 100 x alpha (at most 0.5); P <= alpha: no re-runs.")
+@click.option("--no-power", is_flag=True, help="Skip the per-scenario power figures (detectable TV, power per mutant).")
 @click.option("-q", "--quiet", count=True, help="Less output.")
 @click.option("-v", "--verbose", count=True, help="More output.")
 def run(
@@ -87,14 +116,30 @@ def run(
     samples: int | None,
     method: str,
     allow_inefficient: bool,
+    timeout: float,
+    contract: str,
+    jobs: int,
+    max_memory: float,
     json_path: str | None,
+    html_path: str | None,
+    junit_path: str | None,
+    baseline_path: str | None,
+    fail_on: tuple[str, ...],
+    adapter: str | None,
+    adapter_args: tuple[str, ...],
+    device: str | None,
+    dtype: str | None,
+    suspect_level: float | None,
+    no_power: bool,
     quiet: int,
     verbose: int,
 ) -> None:
     """Audit the verifier TARGET (pkg.mod:attr, path/file.py:attr, or an alias)."""
     from specaudit import runner
     from specaudit.reports import json as json_report
-    from specaudit.reports import terminal
+    from specaudit.reports.progress import ProgressReporter
+
+    gate = _baseline_gate(baseline_path, fail_on)  # bad rules or files fail before the run
 
     done: list = []
 
@@ -104,20 +149,161 @@ def run(
             partial = runner.RunResult(target, alpha, seed, __version__, tuple(done))
             json_report.write(partial, json_path, partial=True)
 
-    result = runner.run(
-        target,
-        scenario_names or None,
-        seed=seed,
-        alpha=alpha,
-        samples=samples,
-        method=method,
-        gate_efficiency=not allow_inefficient,
-        on_scenario=save_partial,
-    )
+    with ProgressReporter(_console(stderr=True), verbose - quiet) as progress:
+        result = runner.run(
+            target,
+            scenario_names or None,
+            seed=seed,
+            alpha=alpha,
+            samples=samples,
+            method=method,
+            gate_efficiency=not allow_inefficient,
+            contract=contract,
+            adapter=adapter,
+            adapter_options=_adapter_options(adapter_args, device, dtype),
+            timeout=timeout or None,
+            on_scenario=save_partial,
+            progress=progress,
+            jobs=jobs,
+            max_memory=_gib(max_memory),
+            suspect_level=suspect_level,
+            power=not no_power,
+        )
+    sys.exit(int(_publish(result, json_path, html_path, junit_path, gate, verbose - quiet)))
+
+
+def _adapter_options(pairs: tuple[str, ...], device: str | None, dtype: str | None) -> dict[str, str]:
+    """Return the adapter options of ``--adapter-arg``; ``--device`` and ``--dtype`` are two of them."""
+    from specaudit.adapters import parse_args
+
+    options = parse_args(pairs)
+    options.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
+    return options
+
+
+def _gib(value: float) -> int:
+    """Return ``value`` GiB in bytes; reject sizes that cannot hold one batch row."""
+    if not value > 0:
+        raise click.BadParameter(f"{value}; allowed: a size in GiB > 0, e.g. 2 or 0.5", param_hint="--max-memory")
+    return int(value * (1 << 30))
+
+
+def _baseline_gate(baseline_path: str | None, fail_on: tuple[str, ...]) -> tuple[str, dict, list] | None:
+    """Return (path, baseline document, rules), or None without --baseline."""
+    from specaudit.errors import UsageError
+
+    if fail_on and not baseline_path:
+        raise UsageError("--fail-on needs --baseline OLD.json to compare with")
+    if not baseline_path:
+        return None
+    from specaudit import baseline
+    from specaudit.reports import json as json_report
+
+    return baseline_path, json_report.read_document(baseline_path), [baseline.parse_rule(r) for r in fail_on]
+
+
+def _publish(
+    result: Any,
+    json_path: str | None,
+    html_path: str | None,
+    junit_path: str | None,
+    gate: tuple[str, dict, list] | None,
+    verbosity: int,
+) -> ExitCode:
+    """Write every requested report of a finished run, print it, and return the exit code."""
+    from specaudit.reports import json as json_report
+    from specaudit.reports import terminal
+
+    comparison = None
+    if gate is not None:
+        from specaudit import baseline
+
+        path, old, rules = gate
+        comparison = baseline.compare(old, json_report.document(result), rules, path)
+    extra = {"baseline": comparison.to_dict()} if comparison is not None else None
+    doc = json_report.document(result, partial=result.interrupted, extra=extra)
+    written = []
     if json_path:
-        json_report.write(result, json_path, partial=result.interrupted)
-    terminal.render(result, _console(), verbose - quiet)
-    sys.exit(int(result.exit_code()))
+        written.append(json_report.write(doc, json_path))
+    if html_path:
+        from specaudit.reports import html
+
+        written.append(html.write(doc, html.output_path(html_path, result.target)))
+    if junit_path:
+        from specaudit.reports import junit
+
+        written.append(junit.write(doc, junit_path))
+    from specaudit.reports import github
+
+    if github.active():
+        github.emit(doc, sys.stdout)
+    console = _console()
+    terminal.render(result, console, verbosity)
+    if comparison is not None:
+        terminal.render_baseline(comparison, console)
+    if verbosity >= 0:
+        for path in written:
+            console.print(f"wrote {path}", markup=False, highlight=False)
+    code = result.exit_code()
+    if code == ExitCode.OK and comparison is not None and comparison.failed:
+        code = ExitCode.CHECKS_FAILED
+    return code
+
+
+@main.command()
+@click.argument("results", type=click.Path(dir_okay=False))
+@click.option("--html", "html_path", is_flag=False, flag_value="reports/", default=None, metavar="PATH",
+              help="Write the HTML report (a file, or a folder; bare --html: reports/).")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, metavar="PATH",
+              help="Write JUnit XML.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None, metavar="OLD.json",
+              help="Compare with an earlier run's JSON.")
+@click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:THRESHOLD",
+              help="With --baseline: exit 1 when a metric regresses past the threshold, e.g. tokens-per-step:2%.")
+@click.option("-q", "--quiet", count=True, help="Less output.")
+@click.option("-v", "--verbose", count=True, help="More output.")
+def report(
+    results: str,
+    html_path: str | None,
+    junit_path: str | None,
+    baseline_path: str | None,
+    fail_on: tuple[str, ...],
+    quiet: int,
+    verbose: int,
+) -> None:
+    """Re-render the reports of a saved run from its JSON alone (RESULTS.json from run --json).
+
+    Exits 0 once the reports are written (1 only when a --fail-on rule is broken), whatever the
+    saved run's verdict: use the run's own exit code to gate.
+    """
+    from specaudit.reports import json as json_report
+
+    gate = _baseline_gate(baseline_path, fail_on)
+    doc = json_report.read_document(results)
+    if gate is not None:
+        from specaudit import baseline
+
+        path, old, rules = gate
+        doc = {**doc, "baseline": baseline.compare(old, doc, rules, path).to_dict()}
+    result = json_report.from_dict(doc)
+    written = []
+    if html_path:
+        from specaudit.reports import html
+
+        written.append(html.write(doc, html.output_path(html_path, result.target)))
+    if junit_path:
+        from specaudit.reports import junit
+
+        written.append(junit.write(doc, junit_path))
+    console = _console()
+    from specaudit.reports import terminal
+
+    terminal.render(result, console, verbose - quiet)
+    if verbose - quiet >= 0:
+        for p in written:
+            console.print(f"wrote {p}", markup=False, highlight=False)
+    broken = gate is not None and bool(doc["baseline"]["regressions"])
+    sys.exit(int(ExitCode.CHECKS_FAILED if broken else ExitCode.OK))
 
 
 @main.command()
@@ -154,6 +340,27 @@ def list_scenarios() -> None:
     _console().print(table)
 
 
+@main.command("adapters")
+def list_adapters() -> None:
+    """List the adapters (built-in and entry points), their options, and the aliases that use them."""
+    from rich.table import Table
+
+    from specaudit import adapters
+    from specaudit.loading import ALIASES
+
+    table = Table("adapter", "source", "installed", "options (default)", "what it drives")
+    for a in adapters.available():
+        missing = a.missing()
+        installed = "yes" if not missing else f"no: pip install 'specaudit[{a.extra}]'" if a.extra else f"no ({', '.join(missing)})"
+        opts = "any" if a.options is None else ", ".join(f"{o.name}={o.default}" for o in a.options)
+        table.add_row(a.name, a.source, installed, opts, a.summary)
+    _console().print(table)
+    for alias, preset in adapters.PRESETS.items():
+        suite = f", default suite {' '.join(preset.scenarios)}" if preset.scenarios else ""
+        opts = "".join(f" --adapter-arg {k}={v}" for k, v in preset.options.items())
+        click.echo(f"alias {alias}: {ALIASES.get(alias, '?')} with --adapter {preset.adapter}{opts}{suite}")
+
+
 @main.command()
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
 def schema(output: str | None) -> None:
@@ -165,6 +372,57 @@ def schema(output: str | None) -> None:
         Path(output).write_text(text + "\n")
     else:
         click.echo(text)
+
+
+
+@main.command()
+@click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME|PATH",
+              help="Shipped scenario name, tag:TAG, or a YAML file; repeatable. Default: the default suite.")
+@click.option("--tv", type=float, default=None, help="Print the samples needed to detect this TV in every direction.")
+@click.option("--samples", type=int, default=None, help="Print the TV detectable with N samples (default: the scenario's).")
+@click.option("--mutant", default=None, metavar="NAME", help="Print the samples needed to catch this zoo mutant.")
+@click.option("--power", "power_", type=float, default=0.99, show_default=True, help="Wanted power.")
+@click.option("--alpha", type=float, default=1e-3, show_default=True, help="Level, split over --tests checks.")
+@click.option("--tests", type=int, default=1, show_default=True,
+              help="Checks alpha is split over (Bonferroni; a run adjusts over all its checks, ~3 per scenario).")
+def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None, mutant: str | None,
+         power_: float, alpha: float, tests: int) -> None:
+    """Samples needed for a TV or a mutant, or the TV detectable at N, on the joint-law check."""
+    from specaudit import power, runner
+    from specaudit.reports.sensitivity import render_plan
+
+    loaded = runner.resolve_scenarios(list(scenario_names) or None)
+    plans = [power.plan(item.spec, alpha=alpha, power=power_, tests=tests, samples=samples, tv=tv, mutant=mutant)
+             for item in loaded]
+    render_plan(plans, _console())
+    sys.exit(int(ExitCode.OK if plans else ExitCode.NO_SCENARIOS))
+
+
+@main.command()
+@click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME|PATH",
+              help="Scenarios to calibrate on; repeatable. Default: the default suite.")
+@click.option("--seeds", type=int, default=100, show_default=True, help="Seeded null runs of the reference verifier.")
+@click.option("--samples", type=int, default=20_000, show_default=True, help="Sequences per scenario and run.")
+@click.option("--alpha", type=float, default=1e-3, show_default=True, help="Family-wise level of every run.")
+@click.option("--no-mutants", is_flag=True, help="Calibration only; skip the zoo.")
+@click.option("-q", "--quiet", count=True, help="Less output.")
+@click.option("-v", "--verbose", count=True, help="More output.")
+def selftest(scenario_names: tuple[str, ...], seeds: int, samples: int, alpha: float, no_mutants: bool,
+             quiet: int, verbose: int) -> None:
+    """Test the tester: p-value uniformity and false alarms under the null; the zoo must be caught."""
+    from specaudit import selftest as st
+    from specaudit.reports.sensitivity import render_selftest
+
+    err = _console(stderr=True)
+
+    def tick(stage: str, done: int, total: int) -> None:
+        if verbose - quiet >= 0 and (done == total or done % 10 == 0):
+            err.print(f"selftest: {stage} {done}/{total}", highlight=False)
+
+    result = st.selftest(list(scenario_names) or None, seeds=seeds, samples=samples, alpha=alpha,
+                         mutants=not no_mutants, progress=tick)
+    render_selftest(result, _console(), verbose - quiet)
+    sys.exit(int(result.exit_code()))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,6 +28,7 @@ CLAUSES: dict[str, str] = {
     "vocab-range": "every emitted id out[b, :n_out[b]] lies in [0, V)",
     "padding": "out[b, n_out[b]:] is -1",
     "prefix": "the first n_out[b] - 1 emitted tokens are the accepted drafts draft[b, :n_out[b]-1]",
+    "layout": "the target's outputs follow its own layout (shape, dtype, counters; checked by its adapter)",
 }
 
 
@@ -97,20 +98,107 @@ def _user_frames(exc: BaseException) -> str:
     """Format ``exc`` keeping only frames outside specaudit's harness (the user's code)."""
     import traceback
 
-    harness = ("specaudit/contract.py", "specaudit/simulate.py", "specaudit/runner.py")
+    harness = ("specaudit/contract.py", "specaudit/simulate.py", "specaudit/runner.py", "specaudit/exact_checks.py")
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith(harness)]
     return "".join(traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)).rstrip()
 
 
-def guarded(verify: Verifier) -> Verifier:
-    """Wrap ``verify`` so that anything it raises becomes a VerifierCrash carrying the user's frames."""
-    from specaudit.errors import VerifierCrash
+#: Default per-call limit of ``specaudit run --timeout``, seconds.
+DEFAULT_TIMEOUT = 60.0
 
-    def call(draft, q, p, num_draft, rng):  # type: ignore[no-untyped-def]
+
+def _can_alarm() -> bool:
+    """Return True when SIGALRM can interrupt a call here (POSIX, main thread)."""
+    import signal
+    import threading
+
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+def _stopped_at(where: str) -> str:
+    """Return 'file:line in func' of the innermost user frame in a formatted traceback, or ''."""
+    import re
+
+    found = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', where)
+    return f" at {found[-1][0]}:{found[-1][1]} in {found[-1][2]}" if found else ""
+
+
+def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
+    """Wrap ``verify`` so that anything it raises becomes a VerifierCrash carrying the user's frames.
+
+    With ``timeout`` (seconds, > 0) a call that runs longer is stopped with VerifierTimeout: a
+    SIGALRM timer (``setitimer``) raises inside the verifier, re-firing every second in case the
+    verifier swallows the exception; a call that swallowed it and returned late still times out.
+    Limitations: the timer works only in the main thread of a POSIX process (elsewhere calls run
+    unguarded by time, with no error), and a call stuck inside C code that never returns to the
+    interpreter (a blocking kernel sync, a long C loop) is stopped only when it next does;
+    ``time.sleep`` and Python loops stop at once.
+    """
+    from specaudit.errors import VerifierCrash, VerifierTimeout
+
+    def crash(exc: Exception) -> VerifierCrash | ContractError:
+        if isinstance(exc, ContractError):  # an adapter found a layout breach (specaudit.adapters)
+            return exc
+        return VerifierCrash(f"the verifier raised {type(exc).__name__}: {exc}", _user_frames(exc))
+
+    if timeout is None or timeout <= 0:
+
+        def call(*args):  # type: ignore[no-untyped-def] - any contract's arguments (specaudit.logits)
+            try:
+                return verify(*args)
+            except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
+                raise crash(exc) from exc
+
+        return call
+
+    import signal
+    import time
+
+    def late(where: str = "") -> VerifierTimeout:
+        return VerifierTimeout(
+            f"the verifier call did not return within {timeout:g} s (--timeout {timeout:g}); "
+            f"it was stopped{_stopped_at(where)}",
+            where,
+        )
+
+    def timed(*args):  # type: ignore[no-untyped-def]
+        if not _can_alarm():
+            return call_plain(*args)
+        armed = [True]
+        fired = [False]
+
+        def on_alarm(signum, frame):  # type: ignore[no-untyped-def]
+            if armed[0]:
+                fired[0] = True
+                raise VerifierTimeout("timeout")
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
+        t0 = time.monotonic()
         try:
-            return verify(draft, q, p, num_draft, rng)
-        except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
-            where = _user_frames(exc)
-            raise VerifierCrash(f"the verifier raised {type(exc).__name__}: {exc}", where) from exc
+            try:
+                result = verify(*args)
+            finally:
+                armed[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except VerifierTimeout as exc:
+            raise late(_user_frames(exc)) from None
+        except Exception as exc:  # noqa: BLE001
+            if fired[0]:  # the verifier caught our timeout and raised something else
+                raise late(_user_frames(exc)) from None
+            raise crash(exc) from exc
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+            if outer_delay > 0:  # someone else's timer (e.g. pytest-timeout): put it back
+                signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - t0), 1e-3), outer_interval)
+        if fired[0]:  # it swallowed the timeout and returned late
+            raise late()
+        return result
 
-    return call
+    def call_plain(*args):  # type: ignore[no-untyped-def]
+        try:
+            return verify(*args)
+        except Exception as exc:  # noqa: BLE001
+            raise crash(exc) from exc
+
+    return timed

@@ -60,9 +60,13 @@ class VerifierCrash(SpecauditError):
 
 
 class VerifierTimeout(SpecauditError):
-    """One verifier call ran past the per-call timeout."""
+    """One verifier call ran past the per-call timeout; ``user_traceback`` shows where it was stopped."""
 
     exit_code = ExitCode.CHECKS_FAILED
+
+    def __init__(self, message: str, user_traceback: str = ""):
+        super().__init__(message)
+        self.user_traceback = user_traceback
 
 
 def closest(name: str, choices: Iterable[str]) -> str:

@@ -33,6 +33,7 @@ __all__ = [
     "closed_form_tokens_per_step",
     "finite_horizon",
     "first_round_accept_law",
+    "horizon_from_steps",
     "joint_probabilities",
     "round_kernels",
     "stationary_tokens_per_step",
@@ -211,9 +212,40 @@ def finite_horizon(
     if length < 1:
         raise UsageError(f"length: received {length}, allowed: an integer >= 1")
     kernels = round_kernels(target, draft)
-    steps = _step_kernels(kernels, _check_law(draft_law))
-    starts = np.zeros((length, kernels.accept.shape[0]))
-    starts[0, kernels.start] = 1.0
+    return horizon_from_steps(_step_kernels(kernels, _check_law(draft_law)), kernels.start, length)
+
+
+def horizon_from_steps(steps: np.ndarray, start: int, length: int) -> HorizonLaw:
+    """Return the exact round statistics of one ``length``-token sequence from step kernels.
+
+    Parameters
+    ----------
+    steps : numpy.ndarray
+        ``[M, S, S]``: ``steps[m - 1][s, s']`` is the probability that a round started in state
+        ``s`` emits ``m`` tokens (``m - 1`` accepted drafts) and leaves the context in ``s'``.
+        Any verification rule (chain, block, tree) is described by its step kernels.
+    start : int
+        The state the first round starts from.
+    length : int
+        Tokens per sequence L >= 1.
+
+    Returns
+    -------
+    HorizonLaw
+        As :func:`finite_horizon`, whose dynamic programme this is.
+
+    Notes
+    -----
+    ``F[t + m] += F[t] M_m`` over positions t < L; cost ``O(L M S^2)``.
+
+    References
+    ----------
+    notes/theory.md, "Chain verification" (finite horizon).
+    """
+    if length < 1:
+        raise UsageError(f"length: received {length}, allowed: an integer >= 1")
+    starts = np.zeros((length, steps.shape[1]))
+    starts[0, start] = 1.0
     for t in range(length - 1):
         for m in range(1, min(len(steps), length - 1 - t) + 1):
             starts[t + m] += starts[t] @ steps[m - 1]

@@ -21,6 +21,19 @@ from specaudit.errors import TargetLoadError, closest
 #: Short names for targets that ship with specaudit or its adapters.
 ALIASES: dict[str, str] = {
     "reference": "specaudit.reference:verify",
+    "reference-logits": "specaudit.logits:verify_reference",  # run with --contract logits
+    "hf-transformers": "transformers.generation.utils:_speculative_sampling",  # adapter hf
+    "vllm-v1": "vllm.v1.sample.rejection_sampler:rejection_sample",  # adapter vllm
+    "flashinfer-chain": "flashinfer.sampling:chain_speculative_sampling",  # adapter flashinfer
+    "sglang-tree": "sgl_kernel:tree_speculative_sampling_target_only",  # adapter sglang_tree (issue 9)
+}
+
+#: Top-level modules of optional dependencies -> how to install them (named in "not found" errors).
+INSTALL_HINTS: dict[str, str] = {
+    "torch": "pip install 'specaudit[torch]' (pins the CPU build torch==2.13.0)",
+    "transformers": "pip install 'specaudit[hf]' (installs transformers and torch)",
+    "vllm": "pip install vllm (needs a CUDA GPU)",
+    "flashinfer": "pip install flashinfer-python (needs a CUDA GPU)",
 }
 
 
@@ -62,6 +75,9 @@ def _import_module(name: str) -> Any:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            hint = INSTALL_HINTS.get(exc.name.partition(".")[0])
+            if hint:
+                raise TargetLoadError(f"module {name!r} not found: it is an optional dependency; {hint}") from None
             raise TargetLoadError(
                 f"module {name!r} not found (is it installed, or on PYTHONPATH?); "
                 "for a file write path/to/file.py:attr"
@@ -80,6 +96,14 @@ def _import_module(name: str) -> Any:
 
 def load_target(spec: str) -> Callable[..., Any]:
     """Return the callable named by ``spec`` (``pkg.mod:attr``, ``file.py:attr`` or an alias)."""
+    obj = load_object(spec)
+    if not callable(obj):
+        raise TargetLoadError(f"{spec!r} is a {type(obj).__name__}, not a callable verifier")
+    return obj
+
+
+def load_object(spec: str) -> Any:
+    """Return the object named by ``spec`` (``pkg.mod:attr``, ``file.py:attr`` or an alias)."""
     spec = ALIASES.get(spec, spec)
     module_part, sep, attr_part = spec.rpartition(":")
     if not sep or not module_part or not attr_part:
@@ -103,6 +127,4 @@ def load_target(spec: str) -> Callable[..., Any]:
                 f"public names: {', '.join(names[:20])}"
             )
         obj = getattr(obj, part)
-    if not callable(obj):
-        raise TargetLoadError(f"{spec!r} is a {type(obj).__name__}, not a callable verifier")
     return obj

@@ -97,12 +97,17 @@ class ScenarioResult:
     verifier_seconds: float = 0.0
     calls: int = 0
     info: Mapping[str, Any] = field(default_factory=dict)
+    # A SUSPECT first result is re-run on a fresh seed with 4x the samples (TestU01 style); both
+    # are reported and the re-run's verdict is the scenario's.
+    rerun: "ScenarioResult | None" = None
 
     @property
     def status(self) -> Status:
-        """Return the scenario verdict: ERROR if it could not run, else the worst gating check."""
+        """Return the scenario verdict: ERROR if it could not run, the re-run's verdict if re-run, else the worst gating check."""
         if self.error is not None:
             return Status.ERROR
+        if self.rerun is not None:
+            return self.rerun.status
         return worst([c.status for c in self.checks if c.gate]) if self.checks else Status.SKIPPED
 
     def check(self, name: str) -> CheckResult | None:

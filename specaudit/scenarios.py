@@ -7,6 +7,7 @@ match (hypothesis ``internal/validation.py``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -21,10 +22,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from specaudit import chains
+from specaudit import chains, processing
+from specaudit import logits as logits_mod
 from specaudit.errors import ScenarioError, UsageError, closest
 
 SCHEMA_VERSION = 1
+#: libyaml's safe loader when available (same nodes and marks, ~10x faster), else PyYAML's.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: Rows of explicit probabilities must sum to 1 within this absolute tolerance; they are then
 #: renormalised in float64 so that references are exact.
 SUM_TOLERANCE = 1e-6
@@ -127,6 +131,24 @@ class Dirichlet(_Spec):
         return chains.first_order(matrix / matrix.sum(axis=1, keepdims=True), self.start)
 
 
+class Zipf(_Spec):
+    """Lazy large-vocabulary chain: a Zipf law per full prefix, ranks permuted by a hash (issue 7).
+
+    Chains with the same ``seed`` rank tokens alike in every context; ``exponent`` sets the
+    sharpness. Rows are generated on demand, so V = 32k-256k fits (see specaudit.lazychains).
+    """
+
+    kind: Literal["zipf"]
+    exponent: Annotated[float, Field(gt=0.0, le=10.0, strict=False)] = 1.0
+    seed: Annotated[int, Field(ge=0)] = 0
+
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> Any:
+        """Return the lazy chain (the seed alone decides the ranks, not the role)."""
+        from specaudit.lazychains import ZipfChain
+
+        return ZipfChain(vocab, float(self.exponent), int(self.seed))
+
+
 class OneHot(_Spec):
     """The argmax (ties to the first index) of a base chain, as a deterministic chain."""
 
@@ -151,9 +173,63 @@ class Greedy(_Spec):
     base: "TargetChain | None" = None
 
 
-TargetChain = Annotated[Union[ContextFree, Markov, Dirichlet, OneHot], Field(discriminator="kind")]
+class Sampling(_Spec):
+    """Sampling processing of one role: temperature -> top-k -> top-p -> min-p (specaudit.processing)."""
+
+    temperature: Annotated[float, Field(ge=0.0, le=1e6, strict=False)] = 1.0
+    top_k: Annotated[int, Field(ge=0)] = 0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0, strict=False)] = 1.0
+    min_p: Annotated[float, Field(ge=0.0, le=1.0, strict=False)] = 0.0
+
+    def params(self) -> processing.SamplingParams:
+        """Return the parameters for the processing functions."""
+        return processing.SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
+
+
+class Logits(_Spec):
+    """Raw logits processed by ``sampling``: an explicit ``matrix`` (1 row: context-free; V rows:
+    first-order, -.inf for probability 0) or random rows ``scale * N(0, 1)`` drawn from ``seed``."""
+
+    kind: Literal["logits"]
+    matrix: list[list[Annotated[float, Field(strict=False)]]] | None = None
+    scale: Annotated[float, Field(gt=0.0, le=1e3, strict=False)] = 3.0
+    start: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[int, Field(ge=0)] = 0
+    sampling: Sampling = Sampling()
+
+    @field_validator("matrix")
+    @classmethod
+    def _rows(cls, matrix: list[list[float]] | None) -> list[list[float]] | None:
+        for i, row in enumerate(matrix or []):
+            arr = np.asarray(row, dtype=np.float64)
+            if arr.size == 0 or np.isnan(arr).any() or (arr == np.inf).any() or not np.isfinite(arr).any():
+                raise ValueError(f"row {i} must hold logits: finite numbers or -.inf, at least one finite; got {row}")
+        return matrix
+
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
+        """Return the chain (its law is the processed logits); random rows mix the role into the seed."""
+        if self.matrix is not None:
+            raw = np.array(self.matrix, dtype=np.float64)
+        else:
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, *role_seed.entropy]))
+            raw = self.scale * rng.standard_normal((vocab, vocab))
+        if raw.shape[0] == 1:  # context-free: one state
+            return logits_mod.logits_chain(raw, np.zeros((1, vocab), dtype=np.int64), 0, self.sampling.params())
+        nxt = np.broadcast_to(np.arange(vocab, dtype=np.int64), (vocab, vocab))
+        return logits_mod.logits_chain(raw, nxt, self.start, self.sampling.params())
+
+
+class SameLogitsAsTarget(_Spec):
+    """Drafter on the target's raw logits processed with its own ``sampling`` (target kind logits)."""
+
+    kind: Literal["same_logits_as_target"]
+    sampling: Sampling = Sampling()
+
+
+TargetChain = Annotated[Union[ContextFree, Markov, Dirichlet, OneHot, Logits, Zipf], Field(discriminator="kind")]
 DraftChain = Annotated[
-    Union[ContextFree, Markov, Dirichlet, OneHot, SameAsTarget, Greedy], Field(discriminator="kind")
+    Union[ContextFree, Markov, Dirichlet, OneHot, SameAsTarget, Greedy, Logits, SameLogitsAsTarget, Zipf],
+    Field(discriminator="kind"),
 ]
 OneHot.model_rebuild()
 Greedy.model_rebuild()
@@ -162,6 +238,37 @@ Greedy.model_rebuild()
 def _normalised(row: list[float]) -> np.ndarray:
     arr = np.asarray(row, dtype=np.float64)
     return arr / arr.sum()
+
+
+#: Draft trees with more nodes than this are refused (the verifier gets [B, N, V] arrays).
+MAX_TREE_NODES = 512
+
+
+class TreeSpec(_Spec):
+    """Shape of the draft trees of an ``algorithm: tree`` scenario (its depth is ``k``)."""
+
+    width: Union[Annotated[int, Field(ge=1, le=64)], list[Annotated[int, Field(ge=1, le=64)]]] = Field(
+        description="children per node: an int (every level) or one int per depth level 0..k-1"
+    )
+    children: Literal["iid", "without_replacement", "topk"] = Field(
+        "iid", description="siblings drawn i.i.d. from q, without replacement, or the deterministic top-k of q"
+    )
+    ragged: bool = Field(False, description="each node keeps a uniform number 0..width of its children")
+
+    def widths(self, depth: int) -> list[int]:
+        """Return the width of every depth level 0..depth-1."""
+        return [self.width] * depth if isinstance(self.width, int) else list(self.width)
+
+    def max_nodes(self, depth: int) -> int:
+        """Return the node count of the full tree."""
+        return int(sum(np.prod(self.widths(depth)[: d + 1]) for d in range(depth)))
+
+
+class AdapterSpec(_Spec):
+    """How a scenario drives its target: an adapter (specaudit.adapters) and its options."""
+
+    name: Annotated[str, Field(min_length=1, max_length=300)]
+    options: dict[str, Union[bool, int, float, str, None]] = {}
 
 
 class Scenario(_Spec):
@@ -182,8 +289,26 @@ class Scenario(_Spec):
     seed: Annotated[int, Field(ge=0)] = 0
     target: TargetChain
     draft: DraftChain
+    algorithm: Literal["chain", "block", "tree"] = Field(
+        "chain", description="chain (token-wise), block (Sun et al. 2403.10444) or tree (SpecInfer Alg. 2)"
+    )
+    tree: TreeSpec | None = Field(None, description="draft tree shape; required with algorithm: tree (depth = k)")
+    adapter: AdapterSpec | None = Field(
+        None, description="adapter the target is driven with, a name or {name, options}; --adapter overrides it"
+    )
+    mode: Literal["sample", "greedy", "exact"] = Field(
+        "sample",
+        description="sample: statistical checks of the sampled law; greedy: temperature 0, every sequence must "
+        "equal greedy decoding of the target (argmax, ties to the first index); exact: the exact probes of "
+        "specaudit.exact_checks (corners, contract, adversarial uniforms) on this vocab, k and these chains",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    @field_validator("adapter", mode="before")
+    @classmethod
+    def _adapter_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
@@ -197,7 +322,28 @@ class Scenario(_Spec):
                 raise ValueError(f"drafts weights must be >= 0 and sum to 1 within {SUM_TOLERANCE:g}")
         for role in ("target", "draft"):
             self._check_chain_shape(role, getattr(self, role))
+        self._check_algorithm()
         return self
+
+    def _check_algorithm(self) -> None:
+        if (self.algorithm == "tree") != (self.tree is not None):
+            raise ValueError(
+                "tree is required with algorithm: tree (the draft tree shape: width, children, ragged)"
+                if self.algorithm == "tree"
+                else f"algorithm = {self.algorithm!r} but a tree shape is given; allowed: algorithm: tree with tree"
+            )
+        if self.tree is None:
+            return
+        if getattr(self, "mode", "sample") != "sample":
+            raise ValueError(f"mode = {self.mode!r} with algorithm: tree; allowed: sample (tree scenarios are statistical)")
+        if self.k < 1:
+            raise ValueError("k = 0 with algorithm: tree; allowed: k >= 1 (k is the tree depth)")
+        if isinstance(self.tree.width, list) and len(self.tree.width) != self.k:
+            raise ValueError(f"tree.width lists {len(self.tree.width)} levels; k = {self.k} is the depth, allowed: {self.k}")
+        if self.drafts is not None and self.drafts != self.k:
+            raise ValueError("drafts is for chains; allowed with algorithm: tree: omit it (use tree.ragged)")
+        if self.tree.max_nodes(self.k) > MAX_TREE_NODES:
+            raise ValueError(f"tree has {self.tree.max_nodes(self.k)} nodes; allowed: at most {MAX_TREE_NODES}")
 
     def _check_chain_shape(self, role: str, spec: Any) -> None:
         v = self.vocab
@@ -212,6 +358,19 @@ class Scenario(_Spec):
             raise ValueError(f"{role}.start = {spec.start}; allowed: 0..{v - 1}")
         if isinstance(spec, (OneHot, Greedy)) and spec.base is not None:
             self._check_chain_shape(f"{role}.base", spec.base)
+        if isinstance(spec, Logits):
+            if spec.matrix is not None and (len(spec.matrix) not in (1, v) or any(len(r) != v for r in spec.matrix)):
+                raise ValueError(f"{role}.matrix must be 1 x {v} (context-free) or {v} x {v} (first-order) logits")
+            if spec.start >= v:
+                raise ValueError(f"{role}.start = {spec.start}; allowed: 0..{v - 1}")
+        if isinstance(spec, (OneHot, Greedy)) and isinstance(spec.base, Zipf):
+            raise ValueError(f"{role}.base: kind zipf is lazy (no tables); allowed bases: context_free, markov, dirichlet, logits")
+        if role == "draft" and isinstance(self.target, Zipf) != (
+            isinstance(spec, Zipf) or (isinstance(spec, SameAsTarget) and isinstance(self.target, Zipf))
+        ):
+            raise ValueError("target and draft: kind zipf pairs only with zipf (or same_as_target): lazy and tabular chains do not share states")
+        if isinstance(spec, SameLogitsAsTarget) and not isinstance(self.target, Logits):
+            raise ValueError(f"{role}.kind same_logits_as_target needs target.kind logits, got {self.target.kind!r}")
 
     # ---- derived quantities -------------------------------------------------------------
 
@@ -230,6 +389,11 @@ class Scenario(_Spec):
         return law
 
     @property
+    def lazy(self) -> bool:
+        """Return True when a chain is generated on demand (no tables: per-prefix and PIT checks)."""
+        return isinstance(self.target, Zipf) or isinstance(self.draft, Zipf)
+
+    @property
     def joint_cells(self) -> int:
         """Return V**L, the number of cells of the joint law."""
         return self.vocab**self.length
@@ -240,6 +404,9 @@ class Scenario(_Spec):
         spec = self.draft
         if isinstance(spec, SameAsTarget):
             return target, target
+        if isinstance(spec, SameLogitsAsTarget):
+            assert isinstance(target, logits_mod.LogitsChain)  # validated in _consistent
+            return target, logits_mod.logits_chain(target.logits, target.nxt, target.start, spec.sampling.params())
         if isinstance(spec, Greedy):
             base = target if spec.base is None else spec.base.build(self.vocab, np.random.SeedSequence([1]))
             return target, chains.one_hot_of(base)
@@ -247,7 +414,12 @@ class Scenario(_Spec):
 
     def content_hash(self) -> str:
         """Return a short hash of the scenario's content (seed excluded: it is a run setting)."""
-        body = self.model_dump(mode="json", by_alias=True, exclude={"seed", "samples", "batch"})
+        # the adapter says how the target is called, not what law it must produce: a run setting
+        body = self.model_dump(mode="json", by_alias=True, exclude={"seed", "samples", "batch", "adapter"})
+        if body.get("algorithm") == "chain" and body.get("tree") is None:  # hashes from before issue 9 hold
+            del body["algorithm"], body["tree"]
+        if body.get("mode") == "sample":  # hashes from before issue 4 hold
+            del body["mode"]
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -301,7 +473,7 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-_KINDS = {"context_free", "markov", "dirichlet", "one_hot", "same_as_target", "greedy"}
+_KINDS = {"context_free", "markov", "dirichlet", "one_hot", "same_as_target", "greedy", "logits", "same_logits_as_target", "zipf"}
 
 
 def _is_branch_label(key: Any) -> bool:
@@ -319,8 +491,8 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 def parse_scenario(text: str, path: str = "<string>") -> LoadedScenario:
     """Parse and validate one scenario document; raise ScenarioError with file:line on any problem."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=_YAML_LOADER)
+        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader (C or Python)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
@@ -381,8 +553,14 @@ def shipped_paths() -> list[Path]:
 
 
 def shipped() -> list[LoadedScenario]:
-    """Load every shipped scenario."""
-    return [load_scenario(p) for p in shipped_paths()]
+    """Load every shipped scenario (parsed once per file version per process)."""
+    return [_load_shipped(str(p), p.stat().st_mtime_ns) for p in shipped_paths()]
+
+
+@functools.lru_cache(maxsize=256)
+def _load_shipped(path: str, mtime_ns: int) -> LoadedScenario:
+    """Load a shipped file; the cache key includes its mtime, so edits are seen (issue 7: overhead)."""
+    return load_scenario(path)
 
 
 def default_suite() -> list[LoadedScenario]:

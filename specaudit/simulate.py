@@ -2,15 +2,21 @@
 
 Rows of a batch are independent sequences; a finished row is refilled with the next sequence
 (continuous batching), so every verify call but the last few sees a full batch. The hot path is
-vectorised across rows; the only Python loops run over the K draft positions.
+vectorised across rows; the only Python loop runs over the K draft positions.
+
+Speed (issue 7): a tabular chain is turned once into lookup tables (payload rows extended with
+the padding garbage, Walker alias tables for O(1) sampling, a flat next-state table), so one
+verify call costs a handful of small numpy operations plus one gather each for ``p`` and ``q``.
+Lazy chains (no tables, e.g. :mod:`specaudit.lazychains`) are asked for rows on demand.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,6 +26,19 @@ from specaudit.contract import validate_output
 #: Padding distributions are drawn from this many random laws with every entry > 0, so a
 #: verifier that reads past num_draft sees plausible, non-zero garbage (never zeros).
 GARBAGE_POOL = 64
+#: Default bound on the simulator's working memory (``--max-memory``), bytes.
+DEFAULT_MAX_MEMORY = 2 << 30
+#: Chains whose table holds at most this many entries get alias and payload tables.
+TABLE_ENTRIES = 1 << 24
+#: Joint drafting tables hold at most this many (state, path) entries; drafts are sampled in
+#: blocks of m tokens with states * V**m within it (alias tables are built in Python, once).
+PATH_ENTRIES = 1 << 14
+#: Whole-block payload tables (p and q of every (state, K-path)) hold at most this many entries.
+BLOCK_ENTRIES = 1 << 21
+#: Lazy chains generate payload rows in slices of this many rows (bounds their temporaries).
+LAZY_ROWS = 256
+#: Working-set bytes per payload entry: p and q, plus the verifier's own temporaries.
+_BYTES_PER_ENTRY = 8 * 3
 
 
 class Sink(Protocol):
@@ -39,6 +58,21 @@ class JointCounts:
     def observe(self, sequences: np.ndarray) -> None:
         """Add the sequences' cells to the counts."""
         self.counts += np.bincount(sequences @ self.weights, minlength=self.counts.size)
+
+    def merge(self, other: "JointCounts") -> None:
+        """Add another shard's counts (same V and L)."""
+        self.counts += other.counts
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the counts as JSON-able data."""
+        nz = np.flatnonzero(self.counts)
+        return {"cells": int(self.counts.size), "index": nz.tolist(), "count": self.counts[nz].tolist()}
+
+    def load(self, data: dict[str, Any]) -> None:
+        """Add counts written by :meth:`to_dict`."""
+        if int(data["cells"]) != self.counts.size:
+            raise ValueError(f"joint counts have {data['cells']} cells, expected {self.counts.size}")
+        np.add.at(self.counts, np.asarray(data["index"], dtype=np.int64), np.asarray(data["count"], dtype=np.int64))
 
 
 @dataclass
@@ -64,6 +98,41 @@ class RoundStats:
         self.sequences += r.size
         self.moments += (r.sum(), t.sum(), (r * r).sum(), (t * t).sum(), (r * t).sum())
 
+    def merge(self, other: "RoundStats") -> None:
+        """Add another shard's tallies (same K)."""
+        if other.k != self.k:
+            raise ValueError(f"cannot merge round stats with k = {other.k} into k = {self.k}")
+        self.accept_first += other.accept_first
+        self.accept_all += other.accept_all
+        self.sequences += other.sequences
+        self.moments += other.moments
+        self.calls += other.calls
+        self.verifier_seconds += other.verifier_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the tallies as JSON-able data (moments as exact float repr)."""
+        return {
+            "k": self.k,
+            "accept_first": self.accept_first.tolist(),
+            "accept_all": self.accept_all.tolist(),
+            "sequences": self.sequences,
+            "moments": [float(x) for x in self.moments],
+            "calls": self.calls,
+            "verifier_seconds": self.verifier_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RoundStats":
+        """Rebuild tallies written by :meth:`to_dict`."""
+        out = cls(int(data["k"]))
+        out.accept_first[:] = data["accept_first"]
+        out.accept_all[:] = data["accept_all"]
+        out.sequences = int(data["sequences"])
+        out.moments[:] = data["moments"]
+        out.calls = int(data["calls"])
+        out.verifier_seconds = float(data["verifier_seconds"])
+        return out
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -80,6 +149,263 @@ def _garbage_pool(vocab: int, rng: np.random.Generator) -> np.ndarray:
     return pool / pool.sum(axis=1, keepdims=True)
 
 
+def alias_tables(dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return Walker alias tables ``(threshold, alias)`` [S*V] for the rows of ``dist`` [S, V].
+
+    Token ``j`` of row ``s`` is kept when the fractional uniform is below ``threshold[s*V+j]``,
+    else replaced by ``alias[s*V+j]`` (Vose 1991). A token of probability 0 gets threshold 0 and
+    an alias of positive mass, so it is never drawn, whatever rounding leaves over.
+    """
+    s_count, v = dist.shape
+    thr = np.zeros((s_count, v))
+    ali = np.zeros((s_count, v), dtype=np.int64)
+    for s in range(s_count):
+        row = dist[s] / dist[s].sum()
+        scaled = (row * v).tolist()
+        small = [j for j in range(v) if scaled[j] < 1.0]
+        large = [j for j in range(v) if scaled[j] >= 1.0]
+        t, a = thr[s], ali[s]
+        while small and large:
+            j, g = small.pop(), large[-1]
+            t[j], a[j] = scaled[j], g
+            scaled[g] -= 1.0 - scaled[j]
+            if scaled[g] < 1.0:
+                small.append(large.pop())
+        for j in large + small:  # rounding leftovers: full columns
+            t[j], a[j] = 1.0, j
+        zero = row <= 0
+        if zero.any():  # never let rounding give a zero-mass token a column of its own
+            t[zero] = 0.0
+            bad = zero & (row[a] <= 0)
+            a[bad] = int(np.argmax(row))
+    return thr.ravel(), ali.ravel()
+
+
+class _Joint:
+    """Tabular target and drafter as one chain on the reachable (target, drafter) state pairs.
+
+    Drafting samples ``m`` tokens at once from the law of whole m-token paths (Walker alias,
+    one uniform per row and block), so K drafts cost ceil(K/m) gathers instead of K sampling
+    steps. Payload tables are indexed by the joint state and extended with the padding garbage.
+    """
+
+    def __init__(self, target: Any, draft: Any, k: int, pool: np.ndarray):
+        t = _joint_tables(target, draft, k)
+        self.m, self.vocab, self.k = t["m"], t["vocab"], k
+        self.paths, self.n_paths = t["paths"], t["n_paths"]
+        self.threshold, self.alias = t["threshold"], t["alias"]
+        self.path_states = t["path_states"]  # [S*P, m+1]: state before each token, then after
+        self.nxt = t["nxt"]
+        self.start = t["start"]
+        n_states = t["n_states"]
+        self.p_table = np.concatenate([t["p_payload"], target.payload_of(pool)])
+        self.q_table = np.concatenate([t["q_payload"], draft.payload_of(pool)])
+        self.garbage = n_states
+        self.p_blocks = self.q_blocks = None
+        if self.m == k and t["path_states"].shape[0] * (2 * k + 1) * self.vocab <= BLOCK_ENTRIES:
+            # whole-block payloads: p and q of every (state, path) in one row each
+            self.p_blocks = self.p_table[t["path_states"]]
+            self.q_blocks = self.q_table[t["path_states"][:, :k]]
+
+    def new_states(self, n: int) -> list[np.ndarray]:
+        return [np.full(n, self.start, dtype=np.int64)]
+
+    def reset(self, states: list[np.ndarray], idx: np.ndarray) -> None:
+        states[0][idx] = self.start
+
+    def draft(self, states: list[np.ndarray], n: int, rng: np.random.Generator, dx: np.ndarray, at: list[np.ndarray]) -> None:
+        """Draw K drafts per row into ``dx[:, :K]``; the joint state at every position into ``at``.
+
+        With one block (m = K) the states are only looked up when needed (``_flat`` keeps the
+        (state, path) index): p and q then come from whole-block tables in one gather each.
+        """
+        c, k, m, at0 = states[0][:n], self.k, self.m, at[0]
+        self._flat = None
+        if k == 0:
+            at0[:, 0] = c
+            return
+        for b0 in range(0, k, m):
+            scaled = rng.random(n) * self.n_paths  # < P for u < 1 (see alias sampling note)
+            j = scaled.astype(np.int64)
+            flat = c * self.n_paths + j
+            path = np.where(scaled - j < self.threshold[flat], j, self.alias[flat])
+            width = min(m, k - b0)
+            dx[:, b0 : b0 + width] = self.paths[path, :width]
+            flat = c * self.n_paths + path
+            if m == k:
+                self._flat = flat
+                return
+            block = self.path_states[flat]
+            if b0 == 0:
+                at0[:, 0] = c
+            at0[:, b0 + 1 : b0 + width + 1] = block[:, 1 : width + 1]
+            c = block[:, m]
+
+    def _states_at(self, at: list[np.ndarray]) -> np.ndarray:
+        if self._flat is not None:
+            return self.path_states[self._flat]
+        return at[0]
+
+    def fill(self, p: np.ndarray, q: np.ndarray, at: list[np.ndarray], pad_p, pad_q, rng) -> None:
+        """Gather p and q; padding positions index the garbage rows instead."""
+        if pad_p is None and self._flat is not None and self.p_blocks is not None:
+            np.take(self.p_blocks, self._flat, axis=0, out=p)
+            np.take(self.q_blocks, self._flat, axis=0, out=q)
+            return
+        idx = self._states_at(at)
+        if pad_p is None:
+            np.take(self.p_table, idx, axis=0, out=p)
+            np.take(self.q_table, idx[:, : self.k], axis=0, out=q)
+            return
+        np.take(self.p_table, np.where(pad_p, self.garbage + rng.integers(GARBAGE_POOL, size=pad_p.shape), idx), axis=0, out=p)
+        qi = idx[:, : self.k]
+        np.take(self.q_table, np.where(pad_q, self.garbage + rng.integers(GARBAGE_POOL, size=pad_q.shape), qi), axis=0, out=q)
+
+    def advance(self, states: list[np.ndarray], n: int, at: list[np.ndarray], acc: np.ndarray, last: np.ndarray) -> None:
+        if self._flat is not None:
+            before = self.path_states.ravel()[self._flat * (self.m + 1) + acc]
+        else:
+            before = at[0][np.arange(n), acc]
+        states[0][:n] = self.nxt[before * self.vocab + last]
+
+
+class _Pair:
+    """Target and drafter asked for rows on demand (lazy chains, or tables too large to hold)."""
+
+    def __init__(self, target: Any, draft: Any, k: int, pool: np.ndarray):
+        self.target, self.drafter, self.k, self.pool = target, draft, k, pool
+
+    def new_states(self, n: int) -> list[np.ndarray]:
+        return [self.target.start_states(n), self.drafter.start_states(n)]
+
+    def reset(self, states: list[np.ndarray], idx: np.ndarray) -> None:
+        states[0][idx] = self.target.start_states(idx.size)
+        states[1][idx] = self.drafter.start_states(idx.size)
+
+    def draft(self, states: list[np.ndarray], n: int, rng: np.random.Generator, dx: np.ndarray, at: list[np.ndarray]) -> None:
+        s_t, s_d = states[0][:n], states[1][:n]
+        u = rng.random((self.k, n))
+        for i in range(self.k):
+            at[0][:, i], at[1][:, i] = s_t, s_d
+            x = self.drafter.sample(s_d, u[i])
+            dx[:, i] = x
+            s_t, s_d = self.target.advance(s_t, x), self.drafter.advance(s_d, x)
+        at[0][:, self.k], at[1][:, self.k] = s_t, s_d
+
+    def _fill(self, chain: Any, out: np.ndarray, states: np.ndarray, pad, rng) -> None:
+        """Write payload rows; generated in slices so temporaries stay within LAZY_ROWS rows."""
+        flat = out.reshape(-1, out.shape[-1])
+        where = np.arange(states.size) if pad is None else np.flatnonzero(~pad.ravel())
+        todo = states.ravel()[where]
+        for lo in range(0, where.size, LAZY_ROWS):
+            flat[where[lo : lo + LAZY_ROWS]] = chain.payload(todo[lo : lo + LAZY_ROWS])
+        if pad is not None and pad.any():
+            flat[np.flatnonzero(pad.ravel())] = chain.payload_of(self.pool[rng.integers(GARBAGE_POOL, size=int(pad.sum()))])
+
+    def fill(self, p: np.ndarray, q: np.ndarray, at: list[np.ndarray], pad_p, pad_q, rng) -> None:
+        self._fill(self.target, p, at[0], pad_p, rng)
+        self._fill(self.drafter, q, at[1][:, : self.k], pad_q, rng)
+
+    def advance(self, states: list[np.ndarray], n: int, at: list[np.ndarray], acc: np.ndarray, last: np.ndarray) -> None:
+        rows = np.arange(n)
+        states[0][:n] = self.target.advance(at[0][rows, acc], last)
+        states[1][:n] = self.drafter.advance(at[1][rows, acc], last)
+
+
+def _tabular(chain: Any) -> bool:
+    dist = getattr(chain, "dist", None)
+    return isinstance(dist, np.ndarray) and isinstance(getattr(chain, "nxt", None), np.ndarray) and dist.size <= TABLE_ENTRIES
+
+
+def _reachable_pairs(target: Any, draft: Any) -> np.ndarray:
+    """Return the (target, drafter) state pairs reachable from the start pair, [S, 2]."""
+    seen = {(int(target.start), int(draft.start))}
+    frontier = np.array(sorted(seen), dtype=np.int64)
+    while frontier.size:
+        nt = target.nxt[frontier[:, 0]].ravel()
+        ndr = draft.nxt[frontier[:, 1]].ravel()
+        new = {(int(a), int(b)) for a, b in zip(nt, ndr)} - seen
+        seen |= new
+        frontier = np.array(sorted(new), dtype=np.int64).reshape(-1, 2)
+    return np.array(sorted(seen), dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=16)
+def _joint_tables(target: Any, draft: Any, k: int) -> dict[str, Any]:
+    """Build (once per chain pair) the joint-state tables that :class:`_Joint` reads."""
+    vocab = int(target.vocab)
+    pairs = _reachable_pairs(target, draft)
+    n_states = len(pairs)
+    code = {(int(a), int(b)): i for i, (a, b) in enumerate(pairs)}
+    nxt_pairs = np.stack([target.nxt[pairs[:, 0]], draft.nxt[pairs[:, 1]]], axis=-1)  # [S, V, 2]
+    nxt = np.array([code[(int(a), int(b))] for a, b in nxt_pairs.reshape(-1, 2)], dtype=np.int64)
+    q = np.asarray(draft.probs(pairs[:, 1]), dtype=np.float64)  # [S, V]
+    m = 1
+    while m < k and n_states * vocab ** (m + 1) <= PATH_ENTRIES:
+        m += 1
+    n_paths = vocab**m
+    paths = np.stack(np.unravel_index(np.arange(n_paths), (vocab,) * m), axis=1).astype(np.int64)  # [P, m]
+    # walk every path from every state: probability and the states along the way
+    law = np.ones((n_states, n_paths))
+    states = np.empty((n_states, n_paths, m + 1), dtype=np.int64)
+    states[:, :, 0] = np.arange(n_states)[:, None]
+    for i in range(m):
+        cur = states[:, :, i]
+        x = paths[None, :, i]
+        law *= q[cur, x]
+        states[:, :, i + 1] = nxt[cur * vocab + x]
+    threshold, alias = alias_tables(law)
+    return {
+        "m": m,
+        "vocab": vocab,
+        "paths": paths,
+        "n_paths": n_paths,
+        "threshold": threshold,
+        "alias": alias,
+        "path_states": states.reshape(n_states * n_paths, m + 1),
+        "nxt": nxt,
+        "start": code[(int(target.start), int(draft.start))],
+        "n_states": n_states,
+        "p_payload": np.asarray(target.payload(pairs[:, 0])),
+        "q_payload": np.asarray(draft.payload(pairs[:, 1])),
+    }
+
+
+def rows_within(max_memory: int, vocab: int, k: int) -> int:
+    """Return how many batch rows fit the working-set budget ``max_memory`` (at least 1)."""
+    return max(1, int(max_memory) // (_BYTES_PER_ENTRY * vocab * (2 * k + 1)))
+
+
+def _validate(result: Any, drafts_ext: np.ndarray, nd: np.ndarray, vocab: int, col: np.ndarray):
+    """Return ``(out, n_out, last)`` after a cheap contract check; defer to the full one on doubt.
+
+    ``drafts_ext`` is the drafts with a -1 column appended. A well-formed output equals the
+    drafts before column n_out-1, the emitted token at it, and -1 after: one comparison.
+    """
+    if isinstance(result, tuple) and len(result) == 2:
+        out, n_out = result
+        n = nd.size
+        if (
+            type(out) is np.ndarray
+            and type(n_out) is np.ndarray
+            and out.dtype == np.int64
+            and n_out.dtype == np.int64
+            and out.shape == drafts_ext.shape
+            and n_out.shape == (n,)
+        ):
+            acc = n_out - 1
+            if not (acc.view(np.uint64) > nd.view(np.uint64)).any():  # 1 <= n_out <= nd + 1
+                rows = np.arange(n)
+                last = out[rows, acc]
+                if not (last.view(np.uint64) >= vocab).any():
+                    want = np.where(col < acc[:, None], drafts_ext, -1)
+                    want[rows, acc] = last
+                    if np.array_equal(out, want):
+                        return out, n_out, last
+    out, n_out = validate_output(result, drafts_ext[:, :-1], nd, vocab)
+    return out, n_out, out[np.arange(nd.size), n_out - 1]
+
+
 def simulate(
     verify: Callable,
     target: TabularChain,
@@ -89,99 +415,103 @@ def simulate(
     verifier_rng: np.random.Generator,
     sinks: Sequence[Sink] = (),
     progress: Callable[[int, int], None] | None = None,
+    *,
+    max_memory: int = DEFAULT_MAX_MEMORY,
+    stats: RoundStats | None = None,
 ) -> RoundStats:
     """Generate ``plan.samples`` sequences of ``plan.length`` tokens through ``verify``.
 
     ``rng`` drives drafts, draft counts and padding; ``verifier_rng`` is handed to the verifier.
     Finished sequences go to every sink. Raises ContractError on the first malformed output.
+    The batch holds at most ``plan.batch`` rows and at most what ``max_memory`` bytes allow
+    (p and q cost (2K+1) V floats per row). ``stats`` continues earlier tallies (sequential
+    looks); a fresh RoundStats is returned otherwise.
     """
     vocab, k, length = target.vocab, len(plan.draft_law) - 1, plan.length
-    stats = RoundStats(k)
+    stats = RoundStats(k) if stats is None else stats
     pool = _garbage_pool(vocab, rng)
-    law_cdf = np.cumsum(plan.draft_law)
-    law_cdf[-1] = np.inf
-    width = min(plan.batch, plan.samples)
+    pair = (_Joint if _tabular(target) and _tabular(draft) else _Pair)(target, draft, k, pool)
+    law = np.asarray(plan.draft_law, dtype=np.float64)
+    fixed = int(np.argmax(law)) if np.count_nonzero(law) == 1 else None
+    law_cdf = np.cumsum(law)[:-1]
+    width = max(1, min(plan.batch, plan.samples, rows_within(max_memory, vocab, k)))
+    col = np.arange(k + 1)
+    ragged = fixed is None or fixed < k
 
-    # per-slot state of the batch
-    active = np.zeros(width, dtype=bool)
+    # per-slot state of the batch; slots are compacted when the last sequences drain
+    states = pair.new_states(width)
     pos = np.zeros(width, dtype=np.int64)
-    st = np.zeros(width, dtype=np.int64)
-    sd = np.zeros(width, dtype=np.int64)
     rounds = np.zeros(width, dtype=np.int64)
     tokens = np.zeros(width, dtype=np.int64)
-    buf = np.zeros((width, length), dtype=np.int64)
-    started = 0
-    kpos = np.arange(k)
-    opos = np.arange(k + 1)
+    buf = np.zeros((width, length + k + 1), dtype=np.int64)  # slack: a whole out row fits
+    p_buf = np.empty((width, k + 1, vocab), dtype=getattr(pair, "p_table", np.empty(0)).dtype)
+    q_buf = np.empty((width, k, vocab), dtype=getattr(pair, "q_table", np.empty(0)).dtype)
+    at_buf = [np.empty((width, k + 1), dtype=s.dtype) for s in states]
+    d_ext = np.full((width, k + 1), -1, dtype=np.int64)
+    started = width
+    n = width
+    row_stride = buf.shape[1]
+    bins = 2 * (k + 1)
 
-    while True:
-        idle = np.flatnonzero(~active)[: plan.samples - started]
-        if idle.size:
-            active[idle] = True
-            pos[idle] = rounds[idle] = tokens[idle] = 0
-            st[idle], sd[idle] = target.start, draft.start
-            started += idle.size
-        rows = np.flatnonzero(active)
-        if rows.size == 0:
-            break
-        n = rows.size
-        nd = (law_cdf[None, :] <= rng.random(n)[:, None]).sum(axis=1)
+    while n:
+        if fixed is not None:
+            nd = np.full(n, fixed, dtype=np.int64)
+        else:
+            nd = np.searchsorted(law_cdf, rng.random(n), side="right").astype(np.int64)
 
-        # --- drafts along the drafter's chain; p at every draft position and the bonus
-        d_ids = np.empty((n, k), dtype=np.int64)
-        q = np.empty((n, k, vocab))
-        p = np.empty((n, k + 1, vocab))
-        st_at = np.empty((n, k + 1), dtype=np.int64)
-        sd_at = np.empty((n, k + 1), dtype=np.int64)
-        s_t, s_d = st[rows], sd[rows]
-        u = rng.random((n, k))
-        for i in range(k + 1):
-            st_at[:, i], sd_at[:, i] = s_t, s_d
-            p[:, i] = target.payload(s_t)
-            if i == k:
-                break
-            q[:, i] = draft.payload(s_d)
-            x = draft.sample(s_d, u[:, i])
-            d_ids[:, i] = x
-            live = i < nd
-            s_t = np.where(live, target.advance(s_t, x), s_t)
-            s_d = np.where(live, draft.advance(s_d, x), s_d)
-        pad = kpos[None, :] >= nd[:, None]
-        count = int(pad.sum())
-        if count:
-            d_ids[pad] = rng.integers(vocab, size=count)
-            q[pad] = draft.payload_of(pool[rng.integers(GARBAGE_POOL, size=count)])
-            pad_p = opos[None, :] > nd[:, None]
-            p[pad_p] = target.payload_of(pool[rng.integers(GARBAGE_POOL, size=int(pad_p.sum()))])
+        # drafts along the drafter's chain; states at every draft position and the bonus.
+        # States past num_draft keep advancing: their payload is replaced by garbage anyway.
+        at = [a[:n] for a in at_buf]
+        dx = d_ext[:n]
+        pair.draft(states, n, rng, dx, at)
+        p, q = p_buf[:n], q_buf[:n]
+        if ragged:
+            pad_p = col[None, :] > nd[:, None]
+            pad_q = pad_p[:, 1:] if k else pad_p[:, :0]  # position i >= nd  <=>  i + 1 > nd
+            pair.fill(p, q, at, pad_p, pad_q, rng)
+            dx[:, :k] = np.where(pad_q, rng.integers(vocab, size=pad_q.shape), dx[:, :k])
+        else:
+            pair.fill(p, q, at, None, None, rng)
+        d_ids = dx[:, :k].copy()  # the verifier may write to its inputs
 
         t0 = time.perf_counter()
-        result = verify(d_ids, q, p, nd, verifier_rng)
+        result = verify(d_ids, q, p, nd.copy(), verifier_rng)
         stats.verifier_seconds += time.perf_counter() - t0
         stats.calls += 1
-        out, n_out = validate_output(result, d_ids, nd, vocab)
+        out, n_out, last = _validate(result, dx, nd, vocab, col)
 
-        # --- bookkeeping: accept lengths, append emitted tokens, advance the context
+        # bookkeeping: accept lengths, append emitted tokens, advance the context
         acc = n_out - 1
-        first = rounds[rows] == 0
-        stats.accept_all += np.bincount(acc, minlength=k + 1)
-        stats.accept_first += np.bincount(acc[first], minlength=k + 1)
-        cols = pos[rows][:, None] + opos[None, :]
-        keep = (opos[None, :] < n_out[:, None]) & (cols < length)
-        buf[np.broadcast_to(rows[:, None], keep.shape)[keep], cols[keep]] = out[keep]
-        last_tok = out[np.arange(n), acc]
-        st[rows] = target.advance(st_at[np.arange(n), acc], last_tok)
-        sd[rows] = draft.advance(sd_at[np.arange(n), acc], last_tok)
-        pos[rows] += n_out
-        rounds[rows] += 1
-        tokens[rows] += n_out
+        p0 = pos[:n]
+        hist = np.bincount(acc + (k + 1) * (p0 == 0), minlength=bins)
+        stats.accept_all += hist[: k + 1] + hist[k + 1 :]
+        stats.accept_first += hist[k + 1 :]
+        here = np.arange(n) * row_stride + p0
+        np.put(buf, here[:, None] + col, out)  # junk past n_out is overwritten next round
+        pair.advance(states, n, at, acc, last)
+        p0 += n_out
+        rounds[:n] += 1
+        tokens[:n] += n_out
 
-        done = rows[pos[rows] >= length]
+        done = np.flatnonzero(p0 >= length)
         if done.size:
-            finished = buf[done]
+            finished = buf[done, :length]
             for sink in sinks:
                 sink.observe(finished)
             stats.finish(rounds[done], tokens[done])
-            active[done] = False
+            refill = done[: max(0, plan.samples - started)]
+            if refill.size:
+                pair.reset(states, refill)
+                pos[refill] = rounds[refill] = tokens[refill] = 0
+                started += refill.size
+            if refill.size < done.size:  # drain: keep the unfinished slots, compacted in front
+                keep = np.ones(n, dtype=bool)
+                keep[done[refill.size :]] = False
+                live = np.flatnonzero(keep)
+                m = live.size
+                for arr in (*states, pos, rounds, tokens, buf):
+                    arr[:m] = arr[live]
+                n = m
             if progress is not None:
                 progress(stats.sequences, plan.samples)
     return stats

@@ -32,13 +32,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def to_dict(result: RunResult, partial: bool = False) -> dict[str, Any]:
-    """Return the JSON document for ``result``."""
+def to_dict(result: RunResult, partial: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Return the JSON document for ``result``; ``extra`` adds top-level sections (e.g. ``baseline``)."""
     doc = {"schema_version": SCHEMA_VERSION, "tool": "specaudit", "partial": partial}
     doc.update(_plain(result))
     doc["status"] = result.status.value
     doc["exit_code"] = int(result.exit_code())
+    if extra:
+        doc.update(_plain(extra))
     return doc
+
+
+def document(result: RunResult, partial: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Return the document exactly as a reader of the written file sees it (through JSON and back)."""
+    return json.loads(json.dumps(to_dict(result, partial, extra), allow_nan=False))
 
 
 def _float(value: Any) -> Any:
@@ -62,26 +69,27 @@ def _check(d: dict[str, Any]) -> CheckResult:
     )
 
 
+def _scenario(s: dict[str, Any]) -> ScenarioResult:
+    err = s.get("error")
+    return ScenarioResult(
+        **{k: s[k] for k in ("name", "path", "line", "content_hash", "description", "seed", "samples")},
+        checks=tuple(_check(c) for c in s.get("checks", [])),
+        error=ErrorInfo(**err) if err else None,
+        seconds=s.get("seconds", 0.0),
+        verifier_seconds=s.get("verifier_seconds", 0.0),
+        calls=s.get("calls", 0),
+        info=s.get("info", {}),
+        rerun=_scenario(s["rerun"]) if s.get("rerun") else None,  # a SUSPECT scenario's re-run
+    )
+
+
 def from_dict(doc: dict[str, Any]) -> RunResult:
     """Rebuild a RunResult from its JSON document."""
     if doc.get("schema_version") != SCHEMA_VERSION:
         from specaudit.errors import UsageError
 
         raise UsageError(f"results file has schema_version {doc.get('schema_version')!r}; this specaudit reads {SCHEMA_VERSION}")
-    scenarios = []
-    for s in doc["scenarios"]:
-        err = s.get("error")
-        scenarios.append(
-            ScenarioResult(
-                **{k: s[k] for k in ("name", "path", "line", "content_hash", "description", "seed", "samples")},
-                checks=tuple(_check(c) for c in s.get("checks", [])),
-                error=ErrorInfo(**err) if err else None,
-                seconds=s.get("seconds", 0.0),
-                verifier_seconds=s.get("verifier_seconds", 0.0),
-                calls=s.get("calls", 0),
-                info=s.get("info", {}),
-            )
-        )
+    scenarios = [_scenario(s) for s in doc["scenarios"]]
     return RunResult(
         target=doc["target"],
         alpha=doc["alpha"],
@@ -95,24 +103,33 @@ def from_dict(doc: dict[str, Any]) -> RunResult:
     )
 
 
-def write(result: RunResult, path: str | Path, partial: bool = False) -> Path:
-    """Write the JSON report atomically (a crash mid-write never leaves a truncated file)."""
+def write(result: RunResult | dict[str, Any], path: str | Path, partial: bool = False) -> Path:
+    """Write the JSON report (a RunResult or its document) atomically: a crash mid-write never leaves a truncated file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    doc = result if isinstance(result, dict) else to_dict(result, partial)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
-        json.dump(to_dict(result, partial), fh, indent=2, allow_nan=False)
+        json.dump(doc, fh, indent=2, allow_nan=False)
         fh.write("\n")
     os.replace(tmp, path)
     return path
 
 
-def read(path: str | Path) -> RunResult:
-    """Read a JSON report written by `write`."""
+def read_document(path: str | Path) -> dict[str, Any]:
+    """Read a results file as its JSON document (schema version checked)."""
     from specaudit.errors import UsageError
 
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"cannot read results file {path}: {exc}") from None
-    return from_dict(doc)
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        version = doc.get("schema_version") if isinstance(doc, dict) else None
+        raise UsageError(f"{path}: not a specaudit results file (schema_version {version!r}; this specaudit reads {SCHEMA_VERSION})")
+    return doc
+
+
+def read(path: str | Path) -> RunResult:
+    """Read a JSON report written by `write`."""
+    return from_dict(read_document(path))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -40,13 +42,16 @@ def summary_table(result: RunResult) -> Table:
             where = f" [{s.error.clause}]" if s.error.clause else ""
             table.add_row(s.name, f"{s.error.kind}{where}", "", "", "", "", Text("error", STYLE[Status.ERROR]))
             continue
-        for c in s.checks:
-            d = c.data
-            tv = f"{d['tv']:.4f} ({d['tv_null']:.4f})" if "tv_null" in d else ""
-            tps = f"{d['estimate']:.3f} ({d['exact']:.3f})" if c.name == "tokens-per-step" else ""
-            stat = "" if c.statistic is None else (f"{c.statistic:.1f}" + (f"/{c.df}df" if c.df is not None else ""))
-            verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
-            table.add_row(s.name, c.name, stat, _pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue), tv, tps, verdict)
+        # a SUSPECT scenario's re-run (fresh seed, 4x samples) follows its first result
+        parts = [(s.name, s)] + ([(f"{s.name} (re-run, N {s.rerun.samples:,})", s.rerun)] if s.rerun is not None else [])
+        for label, part in parts:
+            for c in part.checks:
+                d = c.data
+                tv = f"{d['tv']:.4f} ({d['tv_null']:.4f})" if "tv_null" in d else ""
+                tps = f"{d['estimate']:.3f} ({d['exact']:.3f})" if c.name == "tokens-per-step" else ""
+                stat = "" if c.statistic is None else (f"{c.statistic:.1f}" + (f"/{c.df}df" if c.df is not None else ""))
+                verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
+                table.add_row(label, c.name, stat, _pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue), tv, tps, verdict)
     return table
 
 
@@ -66,12 +71,47 @@ def _details(console: Console, s: ScenarioResult) -> None:
             for cell in top[:5]:
                 t.add_row(str(cell["cell"]), str(cell["observed"]), f"{cell['expected']:.1f}", f"{cell['residual']:+.1f}")
             console.print(t)
+    _diagnosis(console, s)
+
+
+def _diagnosis(console: Console, s: ScenarioResult) -> None:
+    """Print the zoo mutant the failure looks like (stored by the runner), if any."""
+    found = s.info.get("diagnosis")
+    if not found:
+        return
+    best = found.get("best")
+    if best:
+        console.print(Text.assemble(
+            ("  looks like: ", "bold yellow"), (best["mutant"], "bold"), f", {best['description']} ",
+            (f"(pattern similarity {best['similarity']:.2f}; mirrors {best['mirrors']})", "dim"),
+        ))
+    else:
+        others = ", ".join(f"{m['mutant']} {m['similarity']:.2f}" for m in found.get("candidates", [])[:3])
+        console.print(Text(f"  no zoo mutant matches this deviation (closest: {others or 'none'})", style="dim"))
+
+
+def render_baseline(comparison: Any, console: Console) -> None:
+    """Print the comparison with a baseline run (a ``specaudit.baseline.Comparison``)."""
+    t = Table("scenario", "verdict then -> now", "tokens/step then -> now", "change", "note",
+              title=f"against baseline {comparison.path}", title_justify="left")
+    for r in comparison.rows:
+        tps = f"{_fmt(r.old_tps, '.4f')} -> {_fmt(r.new_tps, '.4f')}" if r.old_tps is not None or r.new_tps is not None else ""
+        change = "" if r.tps_change is None else f"{100 * r.tps_change:+.2f}%"
+        t.add_row(r.scenario, f"{r.old_status or '-'} -> {r.new_status or '-'}", tps, change, r.note)
+    console.print(t)
+    for reg in comparison.regressions:
+        console.print(Text.assemble(("regression: ", "bold red"), reg["message"]))
+    if comparison.not_comparable:
+        console.print(Text(f"not comparable (scenario changed): {', '.join(comparison.not_comparable)}", style="yellow"))
 
 
 def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     """Print the run: table (unless quiet), failure details, and the final line."""
     if verbosity >= 0:
         console.print(summary_table(result))
+        from specaudit.reports.sensitivity import render_power  # issue 3: what each scenario could detect
+
+        render_power(result, console, verbosity)
         for s in result.scenarios:
             if s.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) or verbosity > 0:
                 _details(console, s)

@@ -22,13 +22,15 @@ def float_ids(draft, q, p, num_draft, rng):
 def nan_ids(draft, q, p, num_draft, rng):
     out, n_out = _reference(draft, q, p, num_draft, rng)
     out = out.astype(np.float64)
-    out[0, 0] = np.nan
+    if out.size:  # an empty batch has no row to spoil
+        out[0, 0] = np.nan
     return out, n_out
 
 
 def id_equals_vocab(draft, q, p, num_draft, rng):
     out, n_out = _reference(draft, q, p, num_draft, rng)
-    out[0, n_out[0] - 1] = p.shape[-1]
+    if out.size:  # an empty batch has no row to spoil
+        out[0, n_out[0] - 1] = p.shape[-1]
     return out, n_out
 
 

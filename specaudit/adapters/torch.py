@@ -1,0 +1,81 @@
+"""The canonical contract on torch tensors: ``--adapter torch``.
+
+The target is called as ``verify(draft, q, p, num_draft, generator)`` with torch tensors on
+``device`` (``draft``/``num_draft`` int64, ``q``/``p`` in ``dtype``) and a ``torch.Generator``
+on that device seeded from the harness rng on every call (so a run is reproducible from its
+seed); it returns ``(out, n_out)`` as tensors (or arrays), which are checked like any verifier's.
+Under a scripted rng every torch draw is scripted instead (:mod:`specaudit.adapters.randomness`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from specaudit.adapters import DEVICE, DTYPE, Adapter
+from specaudit.adapters.randomness import torch_source
+from specaudit.errors import UsageError
+
+
+def torch_dtype(name: str) -> Any:
+    """Return the torch dtype called ``name`` (float64, float32, float16, bfloat16)."""
+    import torch
+
+    return getattr(torch, name)
+
+
+def check_device(device: str) -> None:
+    """Raise UsageError when ``device`` is not usable by the installed torch."""
+    import torch
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"device {device!r}: torch {torch.__version__} sees no CUDA device; use --device cpu")
+
+
+def to_torch(array: np.ndarray, device: str, dtype: Any = None) -> Any:
+    """Return ``array`` as a tensor on ``device`` (shares memory on the CPU when no cast is needed)."""
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    return t.to(device=device, dtype=dtype) if dtype is not None or device != "cpu" else t
+
+
+def to_numpy(x: Any) -> Any:
+    """Return a tensor as a numpy array on the host; anything else unchanged (the contract checks it)."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):
+        return x.detach().cpu().numpy()
+    return x
+
+
+def build(target: Callable[..., Any], device: str = "cpu", dtype: str = "float64") -> Callable[..., Any]:
+    """Return the canonical verifier that calls the torch-contract ``target``."""
+    import torch
+
+    check_device(device)
+    fdt = torch_dtype(dtype)
+
+    def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
+        with torch.inference_mode(), torch_source(rng) as seed:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(seed)
+            result = target(
+                to_torch(draft, device), to_torch(q, device, fdt), to_torch(p, device, fdt),
+                to_torch(num_draft, device), generator,
+            )
+        if isinstance(result, (tuple, list)) and len(result) == 2:
+            return to_numpy(result[0]), to_numpy(result[1])
+        return result
+
+    return verify
+
+
+ADAPTER = Adapter(
+    "torch",
+    "canonical contract on torch tensors, with a torch.Generator seeded from the run seed",
+    build,
+    options=(DEVICE, DTYPE),
+    requires=("torch",),
+    extra="torch",
+)

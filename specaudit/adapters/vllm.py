@@ -1,0 +1,147 @@
+"""vLLM v1's packed ragged layout: ``--adapter vllm``, target alias ``vllm-v1``.
+
+The target has the signature of ``vllm.v1.sample.rejection_sampler.rejection_sample``::
+
+    rejection_sample(draft_token_ids[T] int32, num_draft_tokens: list[int], max_spec_len: int,
+                     cu_num_draft_tokens[B] int32, draft_probs[T, V] | None, target_probs[T, V],
+                     bonus_token_ids[B, 1] int32, sampling_metadata) -> int32[B, max_spec_len + 1]
+
+Rows are packed flat: request ``b``'s drafts are ``draft_token_ids[cu[b-1]:cu[b]]`` with
+``cu_num_draft_tokens`` the *inclusive* cumulative sum (no leading 0). ``target_probs`` holds the
+draft positions only; the bonus token is sampled outside the rejection sampler (here: from
+``p[b, num_draft[b]]`` by inverse CDF on the harness rng) and passed in. ``sampling_metadata`` has
+``all_random=True``, ``temperature`` 1 for every request and one seeded ``torch.Generator`` per
+request in ``generators`` (vLLM's real ``SamplingMetadata`` when vLLM is installed, else a
+namespace with those fields). The output is padded with -1 (``PLACEHOLDER_TOKEN_ID``); its row
+``b`` holds ``n_out[b]`` ids. Ids >= V are *not* filtered (vLLM's ``parse_output`` would hide them:
+vLLM #20531), so the contract check sees them. ``draft_probs=none`` passes None (n-gram drafting:
+one-hot q), which needs a one-hot drafter scenario (``draft: {kind: greedy}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from specaudit.adapters import DEVICE, DTYPE, Adapter, Option
+from specaudit.adapters.randomness import is_scripted, torch_source
+from specaudit.errors import ContractError
+from specaudit.sampling import sample_rows
+
+PLACEHOLDER = -1
+
+
+def packed(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray) -> dict[str, np.ndarray]:
+    """Return the packed arrays of vLLM's layout (numpy) for canonical inputs."""
+    k = draft.shape[1]
+    valid = np.arange(k)[None, :] < num_draft[:, None]
+    return {
+        "draft_token_ids": draft[valid].astype(np.int32),
+        "cu_num_draft_tokens": np.cumsum(num_draft).astype(np.int32),  # inclusive, no leading 0
+        "draft_probs": np.ascontiguousarray(q[valid]),
+        "target_probs": np.ascontiguousarray(p[:, :k][valid]),
+    }
+
+
+def sampling_metadata(batch: int, device: str, generators: dict[int, Any]) -> Any:
+    """Return a SamplingMetadata for all-random requests at temperature 1 (vLLM's class when installed)."""
+    import torch
+
+    core = {
+        "temperature": torch.ones(batch, dtype=torch.float32, device=device),
+        "all_greedy": False,
+        "all_random": True,
+        "top_p": None,
+        "top_k": None,
+        "generators": generators,
+    }
+    try:
+        from vllm.v1.sample.metadata import SamplingMetadata  # type: ignore[import-not-found]
+    except ImportError:
+        return types.SimpleNamespace(**core)
+    # fields vary across vLLM versions: fill the ones that matter here, neutral values elsewhere
+    neutral = {
+        "min_p": None, "max_num_logprobs": None, "no_penalties": True, "prompt_token_ids": None,
+        "frequency_penalties": torch.zeros(batch, device=device), "presence_penalties": torch.zeros(batch, device=device),
+        "repetition_penalties": torch.ones(batch, device=device), "output_token_ids": [[] for _ in range(batch)],
+        "allowed_token_ids_mask": None, "bad_words_token_ids": {}, "min_tokens": {}, "logit_bias": [None] * batch,
+    }
+    values = {}
+    for f in dataclasses.fields(SamplingMetadata):
+        if f.name in core:
+            values[f.name] = core[f.name]
+        elif f.name in neutral:
+            values[f.name] = neutral[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+            values[f.name] = None
+    return SamplingMetadata(**values)
+
+
+def _one_hot_at_drafts(q: np.ndarray, draft: np.ndarray, valid: np.ndarray) -> bool:
+    at = np.take_along_axis(q, np.where(valid, draft, 0)[..., None], axis=2)[..., 0]
+    return bool(np.all(at[valid] == 1.0))
+
+
+def build(
+    target: Callable[..., Any], device: str = "cpu", dtype: str = "float32", draft_probs: str = "given"
+) -> Callable[..., Any]:
+    """Return the canonical verifier that calls a target in vLLM v1's packed layout."""
+    import torch
+
+    from specaudit.adapters.torch import check_device, to_torch, torch_dtype
+
+    check_device(device)
+    fdt = torch_dtype(dtype)
+
+    def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
+        batch, k = draft.shape
+        nd = np.asarray(num_draft, dtype=np.int64)
+        flat = packed(draft, q, p, nd)
+        if draft_probs == "none" and not _one_hot_at_drafts(q, draft, np.arange(k)[None, :] < nd[:, None]):
+            raise ValueError("draft_probs=none (n-gram, one-hot q) needs a one-hot drafter scenario (draft: {kind: greedy})")
+        # the bonus is sampled by vLLM's ordinary sampler, outside the rejection sampler
+        bonus = sample_rows(p[np.arange(batch), nd], rng.random(batch)) if batch else np.zeros(0, np.int64)
+        max_spec_len = int(nd.max()) if batch else 0
+        seeds = [0] * batch if is_scripted(rng) else rng.integers(0, 2**63 - 1, size=batch).tolist()
+        with torch.inference_mode(), torch_source(rng):
+            generators = {i: torch.Generator(device=device).manual_seed(int(s)) for i, s in enumerate(seeds)}
+            result = target(
+                to_torch(flat["draft_token_ids"], device),
+                nd.tolist(),
+                max_spec_len,
+                to_torch(flat["cu_num_draft_tokens"], device),
+                None if draft_probs == "none" else to_torch(flat["draft_probs"], device, fdt),
+                to_torch(flat["target_probs"], device, fdt),
+                to_torch(bonus.astype(np.int32)[:, None], device),
+                sampling_metadata(batch, device, generators),
+            )
+        res = result.detach().cpu().numpy() if hasattr(result, "detach") else np.asarray(result)
+        if res.shape != (batch, max_spec_len + 1):
+            raise ContractError(
+                "layout", f"vLLM layout: output must be [B, max_spec_len + 1] = ({batch}, {max_spec_len + 1}), got {res.shape}"
+            )
+        if not np.issubdtype(res.dtype, np.integer):
+            raise ContractError("layout", f"vLLM layout: output must hold integer ids, got {res.dtype}")
+        out = np.full((batch, k + 1), PLACEHOLDER, dtype=np.int64)
+        out[:, : max_spec_len + 1] = res
+        return out, (res != PLACEHOLDER).sum(axis=1).astype(np.int64)
+
+    return verify
+
+
+ADAPTER = Adapter(
+    "vllm",
+    "vLLM v1 rejection_sample: packed ragged drafts, inclusive cu_num_draft_tokens, per-request generators",
+    build,
+    options=(
+        DEVICE,
+        Option("dtype", str, "float32", DTYPE.help, DTYPE.choices),
+        Option("draft_probs", str, "given", "given: pass q; none: pass None (n-gram drafts, one-hot q)", ("given", "none")),
+    ),
+    requires=("torch",),
+    extra="torch",
+)

@@ -1,0 +1,189 @@
+"""pytest plugin: ``specaudit.assert_lossless``, a ``specaudit`` fixture and a ``specaudit`` marker.
+
+Registered through the ``pytest11`` entry point, so pytest imports this module in every
+session of every project where specaudit is installed. Module-level code therefore stays
+cheap: nothing here imports numpy, scipy or the engine until a test asks for it
+(``benchmarks/plugin_import.py`` measures the cost).
+
+Example::
+
+    import specaudit
+
+    def test_my_verifier_is_lossless():
+        specaudit.assert_lossless("mypkg.spec:verify", scenarios=["markov-v4"], seed=0)
+
+    @pytest.mark.specaudit(scenarios=["ragged-v4"], samples=50_000)
+    def test_with_fixture(specaudit):
+        specaudit.assert_lossless(my_verify)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from specaudit.results import RunResult
+
+__all__ = ["SpecauditFixture", "assert_lossless", "failure_summary"]
+
+#: Most deviating cells listed per failed check in an assertion message.
+MESSAGE_CELLS = 3
+
+
+def _fmt_p(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return "< 1e-300" if p == 0 else f"= {p:.3g}"
+
+
+def failure_summary(result: RunResult) -> str:
+    """Return a short statistical summary of a run, failures first, for an assertion message."""
+    from specaudit.results import Status
+
+    bad = [s for s in result.scenarios if s.status in (Status.FAILED, Status.ERROR)]
+    seed = "per scenario" if result.seed is None else result.seed
+    lines = [
+        f"specaudit: {result.target} is not lossless: {result.status.value.upper()} on {len(bad)} of "
+        f"{len(result.scenarios)} scenarios (family-wise alpha {result.alpha:g}, Holm; seed {seed})"
+    ]
+    for s in result.scenarios:
+        if s.error is not None:
+            clause = f" [{s.error.clause}]" if s.error.clause else ""
+            lines.append(f"  {s.name}: ERROR {s.error.kind}{clause}: {s.error.message}")
+            continue
+        failed = [c for c in s.checks if c.status is Status.FAILED and c.gate]
+        if not failed:
+            lines.append(f"  {s.name}: {s.status.value}")
+            continue
+        for c in failed:
+            p = c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue
+            lines.append(f"  {s.name} / {c.name}: FAILED, p (Holm) {_fmt_p(p)}: {c.summary}")
+            top = c.data.get("top_cells") or []
+            if top:
+                cells = "; ".join(
+                    f"{t['cell']} {t['observed']} vs {float(t['expected']):.1f} ({float(t['residual']):+.1f} sd)"
+                    for t in top[:MESSAGE_CELLS]
+                )
+                lines.append(f"    most deviating sequences (observed vs expected): {cells}")
+        best = (s.info.get("diagnosis") or {}).get("best")
+        if best:
+            lines.append(f"    looks like: {best['mutant']}: {best['description']} (similarity {best['similarity']:.2f})")
+    return "\n".join(lines)
+
+
+def assert_lossless(
+    target: str | Callable[..., Any],
+    scenarios: Sequence[Any] | str | None = None,
+    *,
+    seed: int | None = 0,
+    samples: int | None = None,
+    alpha: float = 1e-3,
+    efficiency: bool = False,
+    method: str = "pearson",
+) -> RunResult:
+    """Audit ``target`` and raise AssertionError with a statistical summary unless it passes.
+
+    Parameters
+    ----------
+    target : str or callable
+        A verifier callable, or an import string (``pkg.mod:attr``, ``file.py:attr``).
+    scenarios : names, paths or Scenario objects, optional
+        Default: the shipped default suite.
+    seed : int or None
+        Run seed (default 0: a test is reproducible); None uses each scenario's own seed.
+    samples : int, optional
+        Sequences per scenario (overrides the scenarios; smaller is faster and less powerful).
+    alpha : float
+        Family-wise false-alarm rate over every check of the call (Holm).
+    efficiency : bool
+        Also fail on tokens/step and accept-length checks. Off by default: a lossless but
+        inefficient verifier is still lossless.
+    method : {"pearson", "g"}
+        Goodness-of-fit statistic.
+
+    Returns
+    -------
+    RunResult
+        The run, when every gating check passed.
+
+    Raises
+    ------
+    AssertionError
+        A check failed or a scenario errored (crash, contract breach); the message lists the
+        failed checks with p-values, the most deviating sequences and the matching zoo mutant.
+    """
+    __tracebackhide__ = True
+    from specaudit.errors import ExitCode, UsageError
+    from specaudit.runner import run
+
+    result = run(target, scenarios, seed=seed, alpha=alpha, samples=samples, method=method, gate_efficiency=efficiency)
+    code = result.exit_code()
+    if code == ExitCode.INTERRUPTED:
+        raise KeyboardInterrupt
+    if code == ExitCode.NO_SCENARIOS:
+        raise UsageError(f"assert_lossless: no scenarios to run (scenarios = {scenarios!r})")
+    if code != ExitCode.OK:
+        raise AssertionError(failure_summary(result))
+    return result
+
+
+class SpecauditFixture:
+    """What the ``specaudit`` fixture gives a test: the API with the marker's and options' defaults."""
+
+    def __init__(self, defaults: dict[str, Any]):
+        self.defaults = defaults
+
+    def assert_lossless(self, target: str | Callable[..., Any], scenarios: Any = None, **overrides: Any) -> RunResult:
+        """Call :func:`assert_lossless` with this test's defaults."""
+        __tracebackhide__ = True
+        kwargs = {**self.defaults, **overrides}
+        if scenarios is not None:
+            kwargs["scenarios"] = scenarios
+        return assert_lossless(target, **kwargs)
+
+    def run(self, target: str | Callable[..., Any], scenarios: Any = None, **overrides: Any) -> RunResult:
+        """Run an audit without asserting (``specaudit.run``) with this test's defaults."""
+        from specaudit.runner import run
+
+        kwargs = {**self.defaults, **overrides}
+        kwargs.pop("efficiency", None)
+        if scenarios is not None:
+            kwargs["scenarios"] = scenarios
+        return run(target, **kwargs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add --specaudit-samples and --specaudit-seed (defaults for the fixture)."""
+    group = parser.getgroup("specaudit", "specaudit verifier audits")
+    group.addoption("--specaudit-samples", type=int, default=None, metavar="N",
+                    help="sequences per scenario for the specaudit fixture (overrides markers)")
+    group.addoption("--specaudit-seed", type=int, default=None, metavar="SEED",
+                    help="run seed for the specaudit fixture (overrides markers)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker."""
+    config.addinivalue_line(
+        "markers",
+        "specaudit(scenarios=None, seed=0, samples=None, alpha=0.001, efficiency=False): "
+        "defaults for the specaudit fixture's assert_lossless/run",
+    )
+
+
+@pytest.fixture
+def specaudit(request: pytest.FixtureRequest) -> SpecauditFixture:
+    """Return the specaudit API with defaults from ``@pytest.mark.specaudit`` and the command line."""
+    defaults: dict[str, Any] = {}
+    marker = request.node.get_closest_marker("specaudit")
+    if marker is not None:
+        if marker.args:
+            defaults["scenarios"] = list(marker.args)
+        defaults.update(marker.kwargs)
+    for option, key in (("specaudit_samples", "samples"), ("specaudit_seed", "seed")):
+        value = request.config.getoption(option)
+        if value is not None:
+            defaults[key] = value
+    return SpecauditFixture(defaults)

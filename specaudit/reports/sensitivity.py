@@ -1,0 +1,164 @@
+"""Terminal rendering of what the checks could detect: per-run power, `plan` and `selftest`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from specaudit.results import RunResult
+
+#: Power below which a mutant is listed as "weak" in the run's power table.
+WEAK = 0.99
+
+
+def _tv(x: Any) -> str:
+    if x is None:
+        return ""
+    x = float(x)
+    return "none" if x == float("inf") else f"{x:.4f}" if x >= 1e-3 else f"{x:.1e}"
+
+
+def _power(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    x = float(x)
+    return "1" if x >= 1 - 5e-7 else f"{x:.3f}" if x >= 1e-3 else f"{x:.1e}"
+
+
+def _weak(per: Mapping[str, Mapping[str, Any]]) -> str:
+    """Return the distribution mutants below WEAK power, blind (TV 0) ones apart."""
+    blind, weak = [], []
+    for name, m in per.items():
+        if m.get("kind") != "distribution" or m.get("power") is None or m["power"] >= WEAK:
+            continue
+        (blind if m.get("same_law") else weak).append(f"{name} {_power(m['power'])}")
+    parts = ([", ".join(weak)] if weak else []) + ([f"law unchanged here: {', '.join(n.split()[0] for n in blind)}"] if blind else [])
+    return "; ".join(parts)
+
+
+def power_table(result: RunResult, verbosity: int = 0) -> Table | None:
+    """Return the per-scenario power table (None when no scenario has power figures)."""
+    rows = [(s, s.info.get("sensitivity"), s.info.get("power") or {}) for s in result.scenarios]
+    rows = [r for r in rows if r[1]]
+    if not rows:
+        return None
+    head = rows[0][1]
+    title = (
+        f"power of the joint-law check at level alpha/m = {head['family_alpha']:g}/{head['tests']} "
+        f"= {head['alpha']:.2g} (detectable TV at power {head['target_power']:g}; mutants with power < {WEAK:g})"
+    )
+    table = Table(title=title, title_justify="left")
+    for col in ("scenario", "N", "groups", "detectable TV", "resample_from_p", "weak (distribution mutants)"):
+        table.add_column(col, justify="right" if col in ("N", "groups", "detectable TV", "resample_from_p") else "left")
+    for s, sens, per in rows:
+        bug = per.get("resample_from_p") or {}
+        style = "yellow" if sens.get("flag") else ""
+        table.add_row(s.name, f"{sens['samples']:,}", str(sens["groups"]), _tv(sens["detectable_tv"]),
+                      Text(_power(bug.get("power")) if bug else "", style=style), _weak(per))
+    return table
+
+
+def mutant_table(result: RunResult) -> Table | None:
+    """Return the full matrix: power of every scenario's joint-law check against every mutant."""
+    rows = [(s.name, s.info.get("power") or {}) for s in result.scenarios if s.info.get("power")]
+    if not rows:
+        return None
+    names = list(rows[0][1])
+    table = Table("mutant", "kind", *[r[0] for r in rows], title="power per mutant (law: exact / simulated / lossless)",
+                  title_justify="left")
+    for name in names:
+        kind = rows[0][1][name].get("kind", "")
+        table.add_row(name, kind, *[_power((per.get(name) or {}).get("power")) for _, per in rows])
+    return table
+
+
+def render_power(result: RunResult, console: Console, verbosity: int = 0) -> None:
+    """Print the power table (with -v the whole mutant matrix) and every flagged scenario."""
+    table = power_table(result, verbosity)
+    if table is None:
+        return
+    console.print(table)
+    if verbosity > 0:
+        matrix = mutant_table(result)
+        if matrix is not None:
+            console.print(matrix)
+    for s in result.scenarios:
+        flag = (s.info.get("sensitivity") or {}).get("flag")
+        if flag:
+            console.print(Text.assemble(("flagged: ", "bold yellow"), (f"{s.name}: ", "bold"), flag))
+
+
+def render_plan(plans: list[Any], console: Console) -> None:
+    """Print ``specaudit plan`` answers (a list of ``specaudit.power.Plan``)."""
+    for p in plans:
+        console.print(Text.assemble(
+            (p.scenario, "bold"),
+            f": joint-law check over {p.cells:,} cells, level {p.alpha:.3g} per test, power {p.power:g}",
+        ))
+        if p.samples is not None:
+            tv = "nothing (one merged group)" if p.detectable_tv == float("inf") else f"TV >= {p.detectable_tv:.4f}"
+            console.print(f"  at N = {p.samples:,} ({p.groups} groups after merging): detects every alternative at {tv}")
+        if p.tv is not None:
+            n = "not reachable (<= 1e12)" if p.samples_for_tv is None else f"N >= {p.samples_for_tv:,}"
+            console.print(f"  to detect TV {p.tv:g} in every direction: {n}")
+        if p.mutant is not None:
+            n = "never (its law matches the target on the merged cells)" if p.samples_for_mutant is None else f"N >= {p.samples_for_mutant:,}"
+            ncx2 = "" if p.samples_for_mutant_ncx2 is None else f" (noncentral chi-square: {p.samples_for_mutant_ncx2:,})"
+            console.print(f"  to catch {p.mutant} (law {p.mutant_law}, TV {p.mutant_tv:.4f}): {n}{ncx2}")
+            if p.mutant_power is not None:
+                console.print(f"  power against {p.mutant} at N = {p.samples:,}: {p.mutant_power:.3f} "
+                              f"(noncentral chi-square {p.mutant_power_ncx2:.3f})")
+
+
+def render_selftest(result: Any, console: Console, verbosity: int = 0) -> None:
+    """Print a ``specaudit.selftest.SelftestResult``: calibration, the zoo, problems, verdict."""
+    t = Table("scenario", "check", "KS p", "KS p (Holm)", "p <= alpha", title=(
+        f"calibration: reference over {result.seeds} seeds, {result.samples:,} sequences per scenario"), title_justify="left")
+    for c in result.checks:
+        if c.degenerate:
+            if verbosity > 0:
+                t.add_row(c.scenario, c.check, "degenerate", "", str(c.false_alarms))
+            continue
+        style = "red" if c.adjusted_ks_pvalue <= 0.01 else ""
+        t.add_row(c.scenario, c.check, f"{c.ks_pvalue:.3g}", Text(f"{c.adjusted_ks_pvalue:.3g}", style=style), str(c.false_alarms))
+    if verbosity >= 0:
+        console.print(t)
+    console.print(
+        f"KS p (smallest, Holm over checks) = {result.ks_pvalue:.3g}; pooled KS p = {result.pooled_ks_pvalue:.3g}; "
+        f"false alarms {result.false_alarms} of {result.tests} p-values at alpha {result.alpha:g} "
+        f"(Binomial 99% interval {result.interval[0]}..{result.interval[1]}); "
+        f"failed null runs {result.runs_failed} of {result.seeds} (at most {result.runs_limit})"
+    )
+    if result.mutants:
+        scenarios = list(dict.fromkeys(o.scenario for o in result.mutants))
+        z = Table("mutant", "kind", *scenarios, title="zoo: D = detected (X: promised and missed), . = passed",
+                  title_justify="left")
+        by = {(o.mutant, o.scenario): o for o in result.mutants}
+        for name in dict.fromkeys(o.mutant for o in result.mutants):
+            kind = by[(name, scenarios[0])].kind
+            cells = []
+            for sc in scenarios:
+                o = by.get((name, sc))
+                if o is None:
+                    cells.append("")
+                elif not o.ok:
+                    cells.append(Text("X", style="bold red"))
+                else:
+                    mark = "D" if o.status in ("failed", "error") else "."
+                    cells.append(Text(mark + ("!" if o.expected == "detect" else ""), style="green" if mark == "D" else ""))
+            z.add_row(name, kind, *cells)
+        if verbosity >= 0:
+            console.print(z)
+            console.print("D! = detection promised (predicted joint-law power >= 0.999) and made", style="dim")
+    for p in result.problems:
+        console.print(Text.assemble(("problem: ", "bold red"), p))
+    verdict = "OK" if int(result.exit_code()) == 0 else "FAILED"
+    console.print(Text.assemble(
+        ("specaudit selftest: ", "bold"), (verdict, "green" if verdict == "OK" else "bold red"),
+        f" (calibrated: {'yes' if result.calibrated else 'no'}, zoo: {'ok' if result.mutants_ok else 'missed'}) "
+        f"in {result.seconds:.0f}s (calibration {result.calibration_seconds:.0f}s, zoo {result.mutant_seconds:.0f}s)",
+    ))

@@ -1,0 +1,168 @@
+"""Broken verifiers for the exact checks (each breaks one exact property on purpose)."""
+
+import time
+
+import numpy as np
+
+from specaudit.reference import verify as _reference
+
+
+def mutates_p(draft, q, p, num_draft, rng):
+    """Correct output, then zeroes the target rows it used in place (vllm-ascend PR #2881)."""
+    out, n_out = _reference(draft, q, p, num_draft, rng)
+    p[np.arange(p.shape[0]), n_out - 1] = 0.0
+    return out, n_out
+
+
+def ignores_seed(draft, q, p, num_draft, rng):
+    """Draws from a fresh, unseeded generator instead of rng (vLLM #6038 class)."""
+    return _reference(draft, q, p, num_draft, np.random.default_rng())
+
+
+def fixed_seed(draft, q, p, num_draft, rng):
+    """Deterministic: its own generator with a constant seed, never the rng it is given."""
+    return _reference(draft, q, p, num_draft, np.random.default_rng(1234))
+
+
+def float32_ratio(draft, q, p, num_draft, rng):
+    """Accept test u < p/q with u rounded to float32: u = 1 - 2**-53 becomes 1.0 and p = q is rejected."""
+    batch, k = draft.shape
+    out = np.full((batch, k + 1), -1, dtype=np.int64)
+    if batch == 0:
+        return out, np.zeros(0, dtype=np.int64)
+    rows = np.arange(batch)
+    valid = np.arange(k)[None, :] < num_draft[:, None]
+    safe = np.where(valid, draft, 0)
+    u = rng.random((batch, k)).astype(np.float32)  # torch.rand's default dtype
+    p_x = np.take_along_axis(p[:, :k], safe[..., None], axis=2)[..., 0]
+    q_x = np.take_along_axis(q, safe[..., None], axis=2)[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        accepted = valid & (u < np.where(q_x > 0, p_x / q_x, np.inf))
+    n_acc = np.cumprod(accepted, axis=1).sum(axis=1)
+    rejected = n_acc < num_draft
+    target = p[rows, n_acc]
+    if k:
+        resid = np.maximum(target - q[rows, np.minimum(n_acc, k - 1)], 0.0)
+        weights = np.where(rejected[:, None], resid, target)
+    else:
+        weights = target
+    weights = np.where((weights.sum(axis=1) <= 0)[:, None], target, weights)
+    from specaudit.sampling import sample_rows
+
+    out[:, :k] = np.where(np.arange(k)[None, :] < n_acc[:, None], draft, -1)
+    out[rows, n_acc] = sample_rows(weights, rng.random(batch))
+    return out, n_acc + 1
+
+
+def swapped_residual(draft, q, p, num_draft, rng):
+    """Residual norm(max(q - p, 0)) instead of norm(max(p - q, 0)) (Chen et al. swap p and q)."""
+    from specaudit.sampling import sample_rows
+
+    batch, k = draft.shape
+    out = np.full((batch, k + 1), -1, dtype=np.int64)
+    if batch == 0:
+        return out, np.zeros(0, dtype=np.int64)
+    rows = np.arange(batch)
+    valid = np.arange(k)[None, :] < num_draft[:, None]
+    safe = np.where(valid, draft, 0)
+    u = rng.random((batch, k))
+    p_x = np.take_along_axis(p[:, :k], safe[..., None], axis=2)[..., 0]
+    q_x = np.take_along_axis(q, safe[..., None], axis=2)[..., 0]
+    n_acc = np.cumprod(valid & (u * q_x < p_x), axis=1).sum(axis=1)
+    rejected = n_acc < num_draft
+    target = p[rows, n_acc]
+    if k:
+        resid = np.maximum(q[rows, np.minimum(n_acc, k - 1)] - target, 0.0)  # the bug: q - p
+        weights = np.where(rejected[:, None], resid, target)
+    else:
+        weights = target
+    weights = np.where((weights.sum(axis=1) <= 0)[:, None], target, weights)
+    out[:, :k] = np.where(np.arange(k)[None, :] < n_acc[:, None], draft, -1)
+    out[rows, n_acc] = sample_rows(weights, rng.random(batch))
+    return out, n_acc + 1
+
+
+
+def empty_batch_wrong_shape(draft, q, p, num_draft, rng):
+    """Returns out of shape (0,) for an empty batch."""
+    if draft.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return _reference(draft, q, p, num_draft, rng)
+
+
+def k0_crash(draft, q, p, num_draft, rng):
+    """Reads q[:, 0] unconditionally: IndexError when K = 0."""
+    _ = q[:, 0]
+    return _reference(draft, q, p, num_draft, rng)
+
+
+def zero_drafts_from_next(draft, q, p, num_draft, rng):
+    """Rows with no drafts draw their token from p[:, 1] (padding) instead of p[:, 0]."""
+    out, n_out = _reference(draft, q, p, num_draft, rng)
+    none = num_draft == 0
+    if none.any() and p.shape[1] > 1:
+        from specaudit.sampling import sample_rows
+
+        out[none, 0] = sample_rows(p[none, 1], rng.random(int(none.sum())))
+    return out, n_out
+
+
+def hangs(draft, q, p, num_draft, rng):
+    """Spins forever in Python on vocab 8 (peaked-v8, corners); correct elsewhere."""
+    if p.shape[-1] == 8:
+        while True:
+            pass
+    return _reference(draft, q, p, num_draft, rng)
+
+
+def sleeps(draft, q, p, num_draft, rng):
+    """Sleeps a long time on vocab 8; correct elsewhere (for Ctrl-C tests)."""
+    if p.shape[-1] == 8:
+        time.sleep(60)
+    return _reference(draft, q, p, num_draft, rng)
+
+
+def swallows_timeout(draft, q, p, num_draft, rng):
+    """Hangs on vocab 8 and swallows every exception raised into it, for a few seconds."""
+    if p.shape[-1] == 8:
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            try:
+                time.sleep(0.05)
+            except Exception:  # noqa: BLE001 - the bug: swallows specaudit's timeout
+                pass
+    return _reference(draft, q, p, num_draft, rng)
+
+
+def greedy_tie_last(draft, q, p, num_draft, rng):
+    """Temperature-0 verifier whose argmax breaks ties towards the last index."""
+    flipped = p[..., ::-1]
+    top = p.shape[-1] - 1 - np.argmax(flipped, axis=2)
+    batch, k = draft.shape
+    out = np.full((batch, k + 1), -1, dtype=np.int64)
+    valid = np.arange(k)[None, :] < num_draft[:, None]
+    n_acc = np.cumprod(valid & (draft == top[:, :k]), axis=1).sum(axis=1)
+    out[:, :k] = np.where(np.arange(k)[None, :] < n_acc[:, None], draft, -1)
+    out[np.arange(batch), n_acc] = top[np.arange(batch), n_acc]
+    return out, n_acc + 1
+
+
+def greedy_loop(draft, q, p, num_draft, rng):
+    """An independent temperature-0 verifier: a per-row loop with max() and list.index (first max)."""
+    batch, k = draft.shape
+    out = -np.ones((batch, k + 1), dtype=np.int64)
+    n_out = np.zeros(batch, dtype=np.int64)
+    for b in range(batch):
+        emitted = []
+        for i in range(int(num_draft[b]) + 1):
+            row = p[b, i].tolist()
+            best = row.index(max(row))
+            if i < num_draft[b] and draft[b, i] == best:
+                emitted.append(best)
+                continue
+            emitted.append(best)
+            break
+        out[b, : len(emitted)] = emitted
+        n_out[b] = len(emitted)
+    return out, n_out
+
