@@ -240,7 +240,7 @@ def _publish(
     console = _console()
     terminal.render(result, console, verbosity)
     if comparison is not None:
-        terminal.render_baseline(comparison, console)
+        terminal.render_baseline(comparison, console, verbosity)
     if verbosity >= 0:
         for path in written:
             console.print(f"wrote {path}", markup=False, highlight=False)

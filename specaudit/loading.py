@@ -74,10 +74,10 @@ def _import_module(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
+        hint = INSTALL_HINTS.get((exc.name or "").partition(".")[0])
+        if hint:  # the target's module, or one it imports (transformers without torch), is an optional extra
+            raise TargetLoadError(f"module {exc.name!r} not found (needed by {name!r}): it is optional; {hint}") from None
         if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-            hint = INSTALL_HINTS.get(exc.name.partition(".")[0])
-            if hint:
-                raise TargetLoadError(f"module {name!r} not found: it is an optional dependency; {hint}") from None
             raise TargetLoadError(
                 f"module {name!r} not found (is it installed, or on PYTHONPATH?); "
                 "for a file write path/to/file.py:attr"

@@ -415,5 +415,6 @@ def run(
         started=started,
         seconds=time.perf_counter() - t0,
         settings={"method": method, "gate_efficiency": gate_efficiency, "samples": samples, "contract": contract,
+                  "timeout": timeout,
                   **({} if binding.main_choice is None else {"adapter": binding.main_choice.label()})},
     )

@@ -121,7 +121,7 @@ def test_missing_extra_is_named(monkeypatch):
 
     for name in ("transformers", "transformers.generation", "transformers.generation.utils"):
         monkeypatch.setitem(sys.modules, name, None)  # as if not installed
-    with pytest.raises(TargetLoadError, match=r"optional dependency; pip install 'specaudit\[hf\]'"):
+    with pytest.raises(TargetLoadError, match=r"it is optional; pip install 'specaudit\[hf\]'"):
         load_target("hf-transformers")
 
 

@@ -92,6 +92,7 @@ def test_html_of_a_failure_shows_cells_diagnosis_and_plots():
     assert page.count("<svg") >= 2 + 2 * 3
     assert "observed vs expected per cell" in page and "standardised residuals" in page
     assert "p-values of all checks" in page and "accept-length" in page
+    assert "power per mutant" in page  # from info["power"] (specaudit.power)
     assert not re.search(r"(src|href)=[\"']?(https?:)?//|url\((?!#)|@import", page)  # nothing loaded from outside
 
 

@@ -90,8 +90,17 @@ def _diagnosis(console: Console, s: ScenarioResult) -> None:
         console.print(Text(f"  no zoo mutant matches this deviation (closest: {others or 'none'})", style="dim"))
 
 
-def render_baseline(comparison: Any, console: Console) -> None:
-    """Print the comparison with a baseline run (a ``specaudit.baseline.Comparison``)."""
+def render_baseline(comparison: Any, console: Console, verbosity: int = 0) -> None:
+    """Print the comparison with a baseline run (a ``specaudit.baseline.Comparison``); -q: regressions only."""
+    if verbosity >= 0:
+        _baseline_table(comparison, console)
+    for reg in comparison.regressions:
+        console.print(Text.assemble(("regression: ", "bold red"), reg["message"]))
+    if comparison.not_comparable:
+        console.print(Text(f"not comparable (scenario changed): {', '.join(comparison.not_comparable)}", style="yellow"))
+
+
+def _baseline_table(comparison: Any, console: Console) -> None:
     t = Table("scenario", "verdict then -> now", "tokens/step then -> now", "change", "note",
               title=f"against baseline {comparison.path}", title_justify="left")
     for r in comparison.rows:
@@ -99,10 +108,6 @@ def render_baseline(comparison: Any, console: Console) -> None:
         change = "" if r.tps_change is None else f"{100 * r.tps_change:+.2f}%"
         t.add_row(r.scenario, f"{r.old_status or '-'} -> {r.new_status or '-'}", tps, change, r.note)
     console.print(t)
-    for reg in comparison.regressions:
-        console.print(Text.assemble(("regression: ", "bold red"), reg["message"]))
-    if comparison.not_comparable:
-        console.print(Text(f"not comparable (scenario changed): {', '.join(comparison.not_comparable)}", style="yellow"))
 
 
 def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
