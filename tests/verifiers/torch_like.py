@@ -1,4 +1,4 @@
-"""Torch-contract verifiers for ``--adapter torch``: one with a residual bug."""
+"""A torch-contract verifier with a residual bug, for ``--adapter torch``."""
 
 from __future__ import annotations
 
@@ -23,9 +23,3 @@ def resample_from_p(draft, q, p, num_draft, generator):
     out[rows, n_acc] = token
     return out, n_acc + 1
 
-
-def global_rng(draft, q, p, num_draft, generator):
-    """Ignores the generator it is handed and draws from torch's global RNG (still lossless)."""
-    from specaudit.adapters.torch_reference import verify
-
-    return verify(draft, q, p, num_draft, None)
