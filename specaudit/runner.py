@@ -19,7 +19,6 @@ from specaudit.errors import ContractError, UsageError, VerifierCrash, VerifierT
 from specaudit.loading import load_target
 from specaudit.results import Category, CheckResult, ErrorInfo, RunResult, ScenarioResult, Status
 from specaudit.scenarios import LoadedScenario, Scenario, resolve
-from specaudit.simulate import JointCounts, Plan, simulate
 
 DEFAULT_ALPHA = 1e-3
 
@@ -69,42 +68,15 @@ def measure(
     contract: str = "probs",
     max_memory: int | None = None,
 ) -> checks.Measured:
-    """Simulate one scenario through ``verify`` (in ``contract``) and return the measurements."""
-    from specaudit import logits
+    """Simulate one scenario through ``verify`` (in ``contract``) and return the measurements.
 
-    if getattr(spec, "algorithm", "chain") == "tree":  # draft trees, tree contract (issue 9)
-        from specaudit.simulate_tree import measure_tree
+    The scenario's blocks (``specaudit.blocks``) run in order in this process; ``run(jobs=...)``
+    spreads the same blocks over processes with identical results.
+    """
+    from specaudit.blocks import Bench
 
-        return measure_tree(verify, spec, seed, method, progress)
-
-    verify, target, draft = logits.prepare(verify, contract, *spec.chains())
-    harness_ss, verifier_ss = np.random.SeedSequence(seed).spawn(2)
-    greedy = checks.GreedyMatch(target, spec.length) if spec.mode == "greedy" else None
-    joint = JointCounts(spec.vocab, spec.length) if checks.wants_joint(spec) and greedy is None else None
-    extra = {}
-    if joint is None and greedy is None:  # too large to enumerate: chain-rule and PIT tests (issue 7)
-        from specaudit.pit import PitCounts
-        from specaudit.prefix import PrefixCounts
-
-        pit_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
-        extra = {"prefix": PrefixCounts(spec.length), "pit": PitCounts(target, spec.length, pit_rng)}
-    plan = Plan(spec.length, spec.samples, spec.batch, spec.draft_law)
-    rounds = simulate(
-        verify,
-        target,
-        draft,
-        plan,
-        np.random.default_rng(harness_ss),
-        np.random.default_rng(verifier_ss),
-        sinks=[sink for sink in (joint, greedy, *extra.values()) if sink is not None],
-        progress=progress,
-        **({} if max_memory is None else {"max_memory": max_memory}),
-    )
-    if greedy is not None:  # temperature 0: the argmax chain is the exact reference (specaudit.greedy)
-        from specaudit.chains import one_hot_of
-
-        target = one_hot_of(target)
-    return checks.Measured(spec, target, draft, rounds, joint, method, greedy=greedy, extra=extra)
+    bench = Bench(verify, spec, contract, max_memory)
+    return bench.measured(bench.measure(seed, progress=progress), method)
 
 
 def evaluate(measured: checks.Measured, gate_efficiency: bool = True) -> tuple[CheckResult, ...]:
@@ -170,19 +142,10 @@ def run_scenario(
             calls=done.calls,
             info=done.info,
         )
-    try:
-        measured = measure(guarded(verify, timeout), spec, seed, method, tick, contract, max_memory)
-    except (ContractError, VerifierCrash, VerifierTimeout) as exc:
-        return dataclasses.replace(base, error=_error_info(exc), seconds=time.perf_counter() - t0)
-    results = evaluate(measured, gate_efficiency)
-    return dataclasses.replace(
-        base,
-        checks=results,
-        seconds=time.perf_counter() - t0,
-        verifier_seconds=measured.rounds.verifier_seconds,
-        calls=measured.rounds.calls,
-        info={} if spec.lazy else {"tokens_per_step_exact": measured.horizon.tokens_per_step},
-    )
+    from specaudit.blockrun import Options, run_scenarios  # blocks, in this process (specaudit.blocks)
+
+    options = Options(method, gate_efficiency, contract, timeout, max_memory)
+    return run_scenarios([(verify, loaded, seed, samples)], options, progress)[0]
 
 
 def apply_holm(
@@ -281,6 +244,10 @@ def run(
     max_memory: int | None = None,
     suspect_level: float | None = None,
     power: bool = True,
+    early_stop: bool = False,
+    shard: tuple[int, int] | str | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> RunResult:
     """Audit ``target`` on ``scenarios`` and return the RunResult (no printing).
 
@@ -322,7 +289,8 @@ def run(
         Seconds one verifier call may take before it is stopped and its scenario is an ERROR
         (``specaudit.contract.guarded``: main thread of a POSIX process only); None or 0: no limit.
     jobs : int
-        Scenarios run in this many forked processes; results are identical to ``jobs=1``.
+        Blocks of every scenario (``specaudit.blocks``) run in this many forked processes;
+        results are identical to ``jobs=1``.
     max_memory : int, optional
         Bytes the simulator's batch may use (p and q plus the verifier's temporaries);
         default ``specaudit.simulate.DEFAULT_MAX_MEMORY`` (2 GiB).
@@ -333,6 +301,17 @@ def run(
     power : bool
         Add each scenario's detectable TV and its power against every zoo mutant
         (``specaudit.power``) to ``info["sensitivity"]`` and ``info["power"]``.
+    early_stop : bool
+        Look at every scenario after 1, 2, 4, ... blocks and stop it once a check has failed
+        for sure (``specaudit.sequential``: alpha spending, family-wise alpha holds); p-values
+        become sequential p-values. Off by default: the last look keeps only alpha/2.
+    shard : (i, n) or "i/n", optional
+        Run only blocks ``b = i mod n`` of every scenario and keep their additive tallies in
+        each result's ``info`` for ``specaudit merge`` (no suspect re-runs: the merge decides).
+    backend : {"local", "ray"}
+        Where blocks run: this machine (``jobs`` processes) or Ray tasks (``specaudit.parallel``).
+    address : str, optional
+        The Ray cluster to join (``ray.init(address=...)``); default: a local instance.
     """
     if not 0 < alpha < 1:
         raise UsageError(f"alpha = {alpha}; allowed: 0 < alpha < 1")
@@ -357,35 +336,44 @@ def run(
     t0 = time.perf_counter()
     done: list[ScenarioResult] = []
     interrupted = False
+    from specaudit import blockrun
+    from specaudit.parallel import parse_shard
+
+    if isinstance(shard, str):
+        shard = parse_shard(shard)
+    if shard is not None and early_stop:
+        raise UsageError("early stop needs every block in order; it cannot be combined with --shard")
+    tasks = list(zip(loaded, binding.verifiers, binding.choices))
+    simulated = sum(item.spec.mode != "exact" for item in loaded)
+    options = blockrun.Options(
+        method, gate_efficiency, contract, timeout, max_memory, jobs, backend, address,
+        # Holm rejects any p <= alpha / m, m <= scenarios x registered checks (specaudit.sequential)
+        stop_level=alpha / max(1, simulated * len(checks.STATISTICAL_CHECKS)) if early_stop else None,
+        shard=shard,
+    )
+
+    def record(result: ScenarioResult) -> None:
+        choice = tasks[len(done)][2]
+        if choice is not None:  # say how the target was driven
+            result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
+        done.append(result)
+        if on_scenario is not None:
+            on_scenario(result)
+
     try:
-        from specaudit.parallel import map_ordered
-
-        tasks = list(zip(loaded, binding.verifiers, binding.choices))
-
-        def one(i: int) -> ScenarioResult:
-            item, verify, _ = tasks[i]
-            return run_scenario(
-                verify, item, scenario_seed(seed, item), samples, method, gate_efficiency,
-                progress if jobs == 1 else None, contract, timeout, max_memory,
-            )
-
-        for (item, verify, choice), result in zip(tasks, map_ordered(one, len(tasks), jobs)):
-            if choice is not None:  # say how the target was driven
-                result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
-            done.append(result)
-            if on_scenario is not None:
-                on_scenario(result)
+        blockrun.run_scenarios([(verify, item, scenario_seed(seed, item), samples) for item, verify, _ in tasks],
+                               options, progress, record)
     except KeyboardInterrupt:
         interrupted = True
     suspect = default_suspect_level(alpha) if suspect_level is None else suspect_level
+    if shard is not None:  # a shard's verdicts are provisional: `specaudit merge` re-checks the sums
+        suspect = 0.0
     checked = apply_holm(done, alpha, suspect if suspect > alpha else None)
     if suspect > alpha and not interrupted:
 
         def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
             item, verify, _ = tasks[i]
-            return run_scenario(
-                verify, item, fresh_seed, n, method, gate_efficiency, None, contract, timeout, max_memory
-            )
+            return blockrun.run_scenarios([(verify, item, fresh_seed, n)], options)[0]
 
         try:
             checked = rerun_suspects(checked, remeasure, alpha, suspect)
@@ -416,5 +404,8 @@ def run(
         seconds=time.perf_counter() - t0,
         settings={"method": method, "gate_efficiency": gate_efficiency, "samples": samples, "contract": contract,
                   "timeout": timeout,
+                  **({} if not early_stop else {"early_stop": True}),
+                  **({} if shard is None else {"shard": {"index": shard[0], "count": shard[1]},
+                                               "suspect_level": suspect_level, "power": power, "diagnose": diagnose}),
                   **({} if binding.main_choice is None else {"adapter": binding.main_choice.label()})},
     )

@@ -295,6 +295,12 @@ class _Pair:
     def _fill(self, chain: Any, out: np.ndarray, states: np.ndarray, pad, rng) -> None:
         """Write payload rows; generated in slices so temporaries stay within LAZY_ROWS rows."""
         flat = out.reshape(-1, out.shape[-1])
+        into = getattr(chain, "payload_into", None)
+        if into is not None:  # rows written in place, padding rows too (overwritten below): no temporaries
+            into(states.ravel(), flat)
+            if pad is not None and pad.any():
+                flat[np.flatnonzero(pad.ravel())] = chain.payload_of(self.pool[rng.integers(GARBAGE_POOL, size=int(pad.sum()))])
+            return
         where = np.arange(states.size) if pad is None else np.flatnonzero(~pad.ravel())
         todo = states.ravel()[where]
         for lo in range(0, where.size, LAZY_ROWS):
@@ -369,6 +375,12 @@ def _joint_tables(target: Any, draft: Any, k: int) -> dict[str, Any]:
         "p_payload": np.asarray(target.payload(pairs[:, 0])),
         "q_payload": np.asarray(draft.payload(pairs[:, 1])),
     }
+
+
+def warm(target: Any, draft: Any, k: int) -> None:
+    """Build the joint tables of a tabular chain pair now (before forking workers, which then share them)."""
+    if _tabular(target) and _tabular(draft):
+        _joint_tables(target, draft, k)
 
 
 def rows_within(max_memory: int, vocab: int, k: int) -> int:

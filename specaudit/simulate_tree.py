@@ -242,39 +242,3 @@ def simulate_tree(
             if progress is not None:
                 progress(stats.sequences, plan.samples)
     return stats
-
-
-def measure_tree(
-    verify: Callable,
-    spec,  # noqa: ANN001 - a Scenario with algorithm: tree
-    seed: int,
-    method: str = "pearson",
-    progress: Callable[[int, int], None] | None = None,
-):  # noqa: ANN201 - checks.Measured (imported lazily: checks imports the simulators)
-    """Simulate one tree scenario through ``verify`` and return the measurements (runner.measure's twin)."""
-    from specaudit import checks
-    from specaudit.simulate import JointCounts
-
-    target, draft = spec.chains()
-    harness_ss, verifier_ss = np.random.SeedSequence(seed).spawn(2)
-    joint = JointCounts(spec.vocab, spec.length) if checks.wants_joint(spec) else None
-    extra: dict = {}
-    if joint is None:  # too large to enumerate: chain-rule and PIT tests, as for chains (issue 7)
-        from specaudit.pit import PitCounts
-        from specaudit.prefix import PrefixCounts
-
-        pit_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
-        extra = {"prefix": PrefixCounts(spec.length), "pit": PitCounts(target, spec.length, pit_rng)}
-    shape = spec.tree
-    plan = TreePlan(spec.length, spec.samples, spec.batch, tuple(shape.widths(spec.k)), shape.children, shape.ragged)
-    rounds = simulate_tree(
-        verify,
-        target,
-        draft,
-        plan,
-        np.random.default_rng(harness_ss),
-        np.random.default_rng(verifier_ss),
-        sinks=[joint] if joint is not None else list(extra.values()),
-        progress=progress,
-    )
-    return checks.Measured(spec, target, draft, rounds, joint, method, extra=extra)

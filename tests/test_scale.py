@@ -114,7 +114,7 @@ def test_round_stats_and_joint_counts_are_additive():
 
 def test_zipf_chain_rows_are_laws_and_sampling_follows_them():
     rng = np.random.default_rng(10)
-    chain = ZipfChain(48, 1.2, 3)  # V not a power of two: affine ranks need a coprime multiplier
+    chain = ZipfChain(48, 1.2, 3)  # V not a power of two
     states = chain.advance(chain.start_states(3), np.array([0, 5, 47]))
     rows = chain.probs(states)
     np.testing.assert_allclose(rows.sum(axis=1), 1.0)

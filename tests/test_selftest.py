@@ -131,9 +131,13 @@ def test_suspect_scenario_is_rerun_end_to_end_and_survives_json(tmp_path):
 
 def test_reference_suspect_rerun_passes():
     # positive control: a huge suspect level re-runs the reference; its re-run passes
-    result = specaudit.run("specaudit.reference:verify", ["seed-context-free"], samples=2000, seed=2,
-                           suspect_level=0.99, diagnose=False, power=False)
-    s = result.scenarios[0]
+    # (all Holm p-values can exceed 0.99, about one seed in three: the first seed with a re-run counts)
+    for seed in range(2, 12):
+        result = specaudit.run("specaudit.reference:verify", ["seed-context-free"], samples=2000, seed=seed,
+                               suspect_level=0.99, diagnose=False, power=False)
+        s = result.scenarios[0]
+        if s.rerun is not None:
+            break
     assert s.rerun is not None and s.status is Status.PASSED and result.exit_code() == ExitCode.OK
 
 
