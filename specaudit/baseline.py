@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specaudit.errors import UsageError, closest
+from specaudit.results import document_status
 
 __all__ = ["METRICS", "Comparison", "Metric", "Rule", "compare", "parse_rule"]
 
@@ -196,9 +197,5 @@ def compare(
 
 
 def _status(s: Mapping[str, Any]) -> str:
-    """Return a scenario's verdict from its JSON form."""
-    if s.get("error"):
-        return "error"
-    order = {"skipped": 0, "passed": 1, "pending": 2, "suspect": 3, "failed": 4, "error": 5}
-    gating = [c.get("status", "skipped") for c in s.get("checks") or [] if c.get("gate", True)]
-    return max(gating, key=lambda st: order.get(st, 0), default="skipped")
+    """Return a scenario's verdict from its JSON form (a SUSPECT scenario's re-run decides it)."""
+    return document_status(s).value

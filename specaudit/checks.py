@@ -99,7 +99,7 @@ def joint_law(m: Measured) -> CheckResult | None:
     )
 
 
-def tokens_per_step(m: Measured) -> CheckResult:
+def tokens_per_step(m: Measured) -> CheckResult | None:
     """Compare mean tokens per verify call with its exact finite-horizon value."""
     if not hasattr(m.target, "dist"):
         return None  # lazy chains: no finite state space to run the exact recursion on
@@ -135,7 +135,7 @@ def tokens_per_step(m: Measured) -> CheckResult:
     )
 
 
-def accept_length(m: Measured) -> CheckResult:
+def accept_length(m: Measured) -> CheckResult | None:
     """Test the first round's accepted-count law (i.i.d. across sequences) against the exact law."""
     if not hasattr(m.target, "dist"):
         return None  # lazy chains: the exact law would sum over V**K draft paths
@@ -151,7 +151,8 @@ def accept_length(m: Measured) -> CheckResult:
         "expected_all": m.horizon.accept_law.tolist(),
         "tv": fit.tv,
     }
-    summary = f"first-round accepted counts: X^2 = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f}"
+    name = "X^2" if fit.method == "pearson" else "G^2"
+    summary = f"first-round accepted counts: {name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f}"
     if fit.impossible:
         summary = f"{fit.impossible} rounds accepted a count of probability 0; " + summary
     return CheckResult(

@@ -39,11 +39,8 @@ class _Group(click.Group):
     """A click group whose usage errors exit 4 (pytest numbering), not click's 2."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D102
-        kwargs.setdefault("standalone_mode", True)
-        try:
+        try:  # non-standalone: click returns the code of ctx.exit() and raises the rest to us
             return super().main(*args, **{**kwargs, "standalone_mode": False})
-        except click.exceptions.Exit as exc:
-            sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("specaudit: interrupted", err=True)
             sys.exit(int(ExitCode.INTERRUPTED))
@@ -250,32 +247,55 @@ def _publish(
     verbosity: int,
 ) -> ExitCode:
     """Write every requested report of a finished run, print it, and return the exit code."""
+    from specaudit.reports import github
     from specaudit.reports import json as json_report
-    from specaudit.reports import terminal
 
-    comparison = None
-    if gate is not None:
-        from specaudit import baseline
-
-        path, old, rules = gate
-        comparison = baseline.compare(old, json_report.document(result), rules, path)
+    comparison = _compare(gate, json_report.document(result))
     extra = {"baseline": comparison.to_dict()} if comparison is not None else None
     doc = json_report.document(result, partial=result.interrupted, extra=extra)
+    written = _write_reports(doc, result.target, json_path, html_path, junit_path)
+    if github.active():
+        github.emit(doc, sys.stdout)
+    _show(result, comparison, written, verbosity)
+    code = result.exit_code()
+    if code == ExitCode.OK and comparison is not None and comparison.failed:
+        code = ExitCode.CHECKS_FAILED
+    return code
+
+
+def _compare(gate: tuple[str, dict, list] | None, doc: dict) -> Any:
+    """Return the ``baseline.Comparison`` of a results document with the --baseline run, or None."""
+    if gate is None:
+        return None
+    from specaudit import baseline
+
+    path, old, rules = gate
+    return baseline.compare(old, doc, rules, path)
+
+
+def _write_reports(doc: dict, target: str, json_path: str | None, html_path: str | None,
+                   junit_path: str | None) -> list[Path]:
+    """Write the requested JSON, HTML and JUnit files of a results document; return their paths."""
+    from specaudit.reports import json as json_report
+
     written = []
     if json_path:
         written.append(json_report.write(doc, json_path))
     if html_path:
         from specaudit.reports import html
 
-        written.append(html.write(doc, html.output_path(html_path, result.target)))
+        written.append(html.write(doc, html.output_path(html_path, target)))
     if junit_path:
         from specaudit.reports import junit
 
         written.append(junit.write(doc, junit_path))
-    from specaudit.reports import github
+    return written
 
-    if github.active():
-        github.emit(doc, sys.stdout)
+
+def _show(result: Any, comparison: Any, written: list[Path], verbosity: int) -> None:
+    """Print the run, its comparison with the baseline, and the files written."""
+    from specaudit.reports import terminal
+
     console = _console()
     terminal.render(result, console, verbosity)
     if comparison is not None:
@@ -283,10 +303,6 @@ def _publish(
     if verbosity >= 0:
         for path in written:
             console.print(f"wrote {path}", markup=False, highlight=False)
-    code = result.exit_code()
-    if code == ExitCode.OK and comparison is not None and comparison.failed:
-        code = ExitCode.CHECKS_FAILED
-    return code
 
 
 @main.command()
@@ -319,30 +335,12 @@ def report(
 
     gate = _baseline_gate(baseline_path, fail_on)
     doc = json_report.read_document(results)
-    if gate is not None:
-        from specaudit import baseline
-
-        path, old, rules = gate
-        doc = {**doc, "baseline": baseline.compare(old, doc, rules, path).to_dict()}
+    comparison = _compare(gate, doc)
+    if comparison is not None:
+        doc = {**doc, "baseline": comparison.to_dict()}
     result = json_report.from_dict(doc)
-    written = []
-    if html_path:
-        from specaudit.reports import html
-
-        written.append(html.write(doc, html.output_path(html_path, result.target)))
-    if junit_path:
-        from specaudit.reports import junit
-
-        written.append(junit.write(doc, junit_path))
-    console = _console()
-    from specaudit.reports import terminal
-
-    terminal.render(result, console, verbose - quiet)
-    if verbose - quiet >= 0:
-        for p in written:
-            console.print(f"wrote {p}", markup=False, highlight=False)
-    broken = gate is not None and bool(doc["baseline"]["regressions"])
-    sys.exit(int(ExitCode.CHECKS_FAILED if broken else ExitCode.OK))
+    _show(result, comparison, _write_reports(doc, result.target, None, html_path, junit_path), verbose - quiet)
+    sys.exit(int(ExitCode.CHECKS_FAILED if comparison is not None and comparison.failed else ExitCode.OK))
 
 
 @main.command()
@@ -408,10 +406,23 @@ def schema(output: str | None) -> None:
 
     text = json.dumps(json_schema(), indent=2)
     if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(text + "\n")
     else:
         click.echo(text)
 
+
+
+def _scenarios_or_exit(names: tuple[str, ...]) -> list:
+    """Return the loaded scenarios of ``-s`` (default suite for none); exit 5 when nothing matches."""
+    from specaudit import runner
+
+    loaded = runner.resolve_scenarios(list(names) or None)
+    if not loaded:
+        click.echo(f"specaudit: nothing to run: no scenario matches {' '.join(names)}; "
+                   "`specaudit list` shows the shipped ones and their tags", err=True)
+        sys.exit(int(ExitCode.NO_SCENARIOS))
+    return loaded
 
 
 @main.command()
@@ -427,14 +438,13 @@ def schema(output: str | None) -> None:
 def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None, mutant: str | None,
          power_: float, alpha: float, tests: int) -> None:
     """Samples needed for a TV or a mutant, or the TV detectable at N, on the joint-law check."""
-    from specaudit import power, runner
+    from specaudit import power
     from specaudit.reports.sensitivity import render_plan
 
-    loaded = runner.resolve_scenarios(list(scenario_names) or None)
     plans = [power.plan(item.spec, alpha=alpha, power=power_, tests=tests, samples=samples, tv=tv, mutant=mutant)
-             for item in loaded]
+             for item in _scenarios_or_exit(scenario_names)]
     render_plan(plans, _console())
-    sys.exit(int(ExitCode.OK if plans else ExitCode.NO_SCENARIOS))
+    sys.exit(int(ExitCode.OK))
 
 
 @main.command()
@@ -452,13 +462,14 @@ def selftest(scenario_names: tuple[str, ...], seeds: int, samples: int, alpha: f
     from specaudit import selftest as st
     from specaudit.reports.sensitivity import render_selftest
 
+    loaded = _scenarios_or_exit(scenario_names)
     err = _console(stderr=True)
 
     def tick(stage: str, done: int, total: int) -> None:
         if verbose - quiet >= 0 and (done == total or done % 10 == 0):
             err.print(f"selftest: {stage} {done}/{total}", highlight=False)
 
-    result = st.selftest(list(scenario_names) or None, seeds=seeds, samples=samples, alpha=alpha,
+    result = st.selftest(loaded, seeds=seeds, samples=samples, alpha=alpha,
                          mutants=not no_mutants, progress=tick)
     render_selftest(result, _console(), verbose - quiet)
     sys.exit(int(result.exit_code()))

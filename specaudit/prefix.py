@@ -131,8 +131,10 @@ def _node_test(counts: np.ndarray, probs: np.ndarray, planned: float, method: st
     n_groups = int(group.max()) + 1 if group.size and group.max() >= 0 else 0
     if impossible:
         return float("inf"), 0.0, max(n_groups - 1, 0), impossible, worst, int(counts[worst]), float(expected[worst])
-    if n_groups < 2 or n == 0:
+    if n_groups < 2:
         return 0.0, 1.0, 0, 0, worst, int(counts[worst]), float(expected[worst])
+    if n == 0:  # a planned node nobody reached: stays in the family (membership is fixed by the plan)
+        return 0.0, 1.0, n_groups - 1, 0, worst, 0, 0.0
     ok = group >= 0
     obs = np.bincount(group[ok], weights=counts[ok], minlength=n_groups)
     exp = np.bincount(group[ok], weights=probs[ok], minlength=n_groups) * n

@@ -49,6 +49,15 @@ def worst(statuses: list[Status] | tuple[Status, ...]) -> Status:
     return max(statuses, key=lambda s: s.severity, default=Status.SKIPPED)
 
 
+def document_status(scenario: Mapping[str, Any]) -> Status:
+    """Return the verdict of a scenario's JSON form, decided as ``ScenarioResult.status`` decides it."""
+    if scenario.get("error"):
+        return Status.ERROR
+    if scenario.get("rerun"):  # a SUSPECT scenario's re-run decides it
+        return document_status(scenario["rerun"])
+    return worst([Status(c.get("status", "skipped")) for c in scenario.get("checks") or [] if c.get("gate", True)])
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """One property of one scenario, bound to one statistic."""

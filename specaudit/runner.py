@@ -118,23 +118,15 @@ def run_scenario(
     spec = loaded.spec
     if samples is not None:
         spec = spec.model_copy(update={"samples": samples})
-    base = ScenarioResult(
-        name=spec.name,
-        path=loaded.path,
-        line=loaded.line,
-        content_hash=spec.content_hash(),
-        description=spec.description.strip(),
-        seed=seed,
-        samples=spec.samples,
-    )
-    tick = None if progress is None else (lambda done, total: progress(spec.name, done, total))
+    from specaudit.blockrun import Options, base_result, run_scenarios  # blocks, in this process (specaudit.blocks)
+
     t0 = time.perf_counter()
     if spec.mode == "exact":  # exact probes instead of a simulation (specaudit.exact_checks)
         from specaudit import exact_checks
 
         done = exact_checks.run_exact(guarded(verify, timeout), spec, seed, gate_efficiency, contract)
         return dataclasses.replace(
-            base,
+            base_result(loaded, spec, seed),
             checks=done.checks,
             error=None if done.error is None else _error_info(done.error),
             seconds=time.perf_counter() - t0,
@@ -142,8 +134,6 @@ def run_scenario(
             calls=done.calls,
             info=done.info,
         )
-    from specaudit.blockrun import Options, run_scenarios  # blocks, in this process (specaudit.blocks)
-
     options = Options(method, gate_efficiency, contract, timeout, max_memory)
     return run_scenarios([(verify, loaded, seed, samples)], options, progress)[0]
 
@@ -313,6 +303,41 @@ def run(
     address : str, optional
         The Ray cluster to join (``ray.init(address=...)``); default: a local instance.
     """
+    _check_arguments(alpha, suspect_level, method, samples, timeout)
+    label, loaded, binding = _bind(target, scenarios, contract, adapter, adapter_options)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    shard = _parse_shard(shard, early_stop)
+    tasks = list(zip(loaded, binding.verifiers, binding.choices))
+    options = _options(method, gate_efficiency, contract, timeout, max_memory, jobs, backend, address,
+                       _stop_level(alpha, loaded) if early_stop else None, shard)
+    done, interrupted = _measure_all(tasks, seed, samples, options, progress, on_scenario)
+    suspect = _suspect_level(alpha, suspect_level, shard)
+    checked = apply_holm(done, alpha, suspect if suspect > alpha else None)
+    if suspect > alpha and not interrupted:
+        checked, interrupted = _rerun(checked, tasks, options, alpha, suspect)
+    specs = [item.spec for item in loaded]
+    if power and not interrupted:
+        checked, interrupted = _annotate_power(checked, specs, alpha)
+    if diagnose and not interrupted:
+        checked, interrupted = _annotate_diagnosis(checked, specs)
+    return RunResult(
+        target=label,
+        alpha=alpha,
+        seed=seed,
+        version=__version__,
+        scenarios=checked,
+        interrupted=interrupted,
+        started=started,
+        seconds=time.perf_counter() - t0,
+        settings=_settings(method, gate_efficiency, samples, contract, timeout, early_stop, shard, suspect_level,
+                           power, diagnose, binding),
+    )
+
+
+def _check_arguments(alpha: float, suspect_level: float | None, method: str, samples: int | None,
+                     timeout: float | None) -> None:
+    """Raise UsageError for an argument of `run` out of its range."""
     if not 0 < alpha < 1:
         raise UsageError(f"alpha = {alpha}; allowed: 0 < alpha < 1")
     if suspect_level is not None and not 0 <= suspect_level < 1:
@@ -323,6 +348,11 @@ def run(
         raise UsageError(f"samples = {samples}; allowed: >= 1")
     if timeout is not None and not timeout >= 0:
         raise UsageError(f"timeout = {timeout}; allowed: seconds >= 0 (0 or None: no limit)")
+
+
+def _bind(target: str | Callable[..., Any], scenarios: Sequence[ScenarioLike] | ScenarioLike | None, contract: str,
+          adapter: str | None, adapter_options: Mapping[str, Any] | None) -> tuple[str, list[LoadedScenario], Any]:
+    """Load the target and the scenarios and bind the target to each scenario (adapters)."""
     raw, label = resolve_target(target)
     from specaudit import adapters, logits, tree
 
@@ -332,25 +362,46 @@ def run(
     if tree.contract_of(verify) == "chain":  # a tree verifier takes six arguments of its own
         logits.check_arity(verify, contract)
     tree.check_compatible(verify, label, loaded, contract)
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    t0 = time.perf_counter()
-    done: list[ScenarioResult] = []
-    interrupted = False
-    from specaudit import blockrun
+    return label, loaded, binding
+
+
+def _parse_shard(shard: tuple[int, int] | str | None, early_stop: bool) -> tuple[int, int] | None:
+    """Return the shard as ``(i, n)``; raise UsageError when combined with early stop."""
     from specaudit.parallel import parse_shard
 
     if isinstance(shard, str):
         shard = parse_shard(shard)
     if shard is not None and early_stop:
         raise UsageError("early stop needs every block in order; it cannot be combined with --shard")
-    tasks = list(zip(loaded, binding.verifiers, binding.choices))
-    simulated = sum(item.spec.mode != "exact" for item in loaded)
-    options = blockrun.Options(
-        method, gate_efficiency, contract, timeout, max_memory, jobs, backend, address,
-        # Holm rejects any p <= alpha / m, m <= scenarios x registered checks (specaudit.sequential)
-        stop_level=alpha / max(1, simulated * len(checks.STATISTICAL_CHECKS)) if early_stop else None,
-        shard=shard,
-    )
+    return shard
+
+
+def _stop_level(alpha: float, loaded: Sequence[LoadedScenario]) -> float:
+    """Return the early-stop level alpha / M, M bounding the run's Holm family (`specaudit.sequential`)."""
+    from specaudit import sequential
+
+    # every scenario, exact-mode ones included (their probes add p-values to the family), holds
+    # at most one p-value per registered check: Holm rejects any p <= alpha / M
+    return sequential.stop_level(alpha, len(loaded) * len(checks.STATISTICAL_CHECKS))
+
+
+def _options(method: str, gate_efficiency: bool, contract: str, timeout: float | None, max_memory: int | None,
+             jobs: int, backend: str, address: str | None, stop_level: float | None,
+             shard: tuple[int, int] | None) -> Any:
+    """Return the blockrun options of the run."""
+    from specaudit import blockrun
+
+    return blockrun.Options(method, gate_efficiency, contract, timeout, max_memory, jobs, backend, address,
+                            stop_level=stop_level, shard=shard)
+
+
+def _measure_all(tasks: Sequence[tuple[LoadedScenario, Any, Any]], seed: int | None, samples: int | None, options: Any,
+                 progress: Progress | None,
+                 on_scenario: Callable[[ScenarioResult], None] | None) -> tuple[list[ScenarioResult], bool]:
+    """Measure and check every scenario; return the results so far and whether the run was interrupted."""
+    from specaudit import blockrun
+
+    done: list[ScenarioResult] = []
 
     def record(result: ScenarioResult) -> None:
         choice = tasks[len(done)][2]
@@ -364,48 +415,61 @@ def run(
         blockrun.run_scenarios([(verify, item, scenario_seed(seed, item), samples) for item, verify, _ in tasks],
                                options, progress, record)
     except KeyboardInterrupt:
-        interrupted = True
-    suspect = default_suspect_level(alpha) if suspect_level is None else suspect_level
-    if shard is not None:  # a shard's verdicts are provisional: `specaudit merge` re-checks the sums
-        suspect = 0.0
-    checked = apply_holm(done, alpha, suspect if suspect > alpha else None)
-    if suspect > alpha and not interrupted:
+        return done, True
+    return done, False
 
-        def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
-            item, verify, _ = tasks[i]
-            return blockrun.run_scenarios([(verify, item, fresh_seed, n)], options)[0]
 
-        try:
-            checked = rerun_suspects(checked, remeasure, alpha, suspect)
-        except KeyboardInterrupt:  # the first results are kept
-            interrupted = True
-    if power and not interrupted:
-        from specaudit import power as _power
+def _suspect_level(alpha: float, suspect_level: float | None, shard: tuple[int, int] | None) -> float:
+    """Return the run's suspect level (0 in a shard: `specaudit merge` re-checks the sums)."""
+    if shard is not None:  # a shard's verdicts are provisional
+        return 0.0
+    return default_suspect_level(alpha) if suspect_level is None else suspect_level
 
-        try:
-            checked = _power.annotate(checked, [item.spec for item in loaded], alpha)
-        except KeyboardInterrupt:
-            interrupted = True
-    if diagnose and not interrupted:
-        from specaudit import diagnose as _diagnose
 
-        try:
-            checked = _diagnose.annotate(checked, [item.spec for item in loaded])
-        except KeyboardInterrupt:  # the measurements are kept; only the diagnosis is lost
-            interrupted = True
-    return RunResult(
-        target=label,
-        alpha=alpha,
-        seed=seed,
-        version=__version__,
-        scenarios=checked,
-        interrupted=interrupted,
-        started=started,
-        seconds=time.perf_counter() - t0,
-        settings={"method": method, "gate_efficiency": gate_efficiency, "samples": samples, "contract": contract,
-                  "timeout": timeout,
-                  **({} if not early_stop else {"early_stop": True}),
-                  **({} if shard is None else {"shard": {"index": shard[0], "count": shard[1]},
-                                               "suspect_level": suspect_level, "power": power, "diagnose": diagnose}),
-                  **({} if binding.main_choice is None else {"adapter": binding.main_choice.label()})},
-    )
+def _rerun(checked: tuple[ScenarioResult, ...], tasks: Sequence[tuple[LoadedScenario, Any, Any]], options: Any,
+           alpha: float, suspect: float) -> tuple[tuple[ScenarioResult, ...], bool]:
+    """Re-run the SUSPECT scenarios (`rerun_suspects`); an interrupt keeps the first results."""
+    from specaudit import blockrun
+
+    def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
+        item, verify, _ = tasks[i]
+        return blockrun.run_scenarios([(verify, item, fresh_seed, n)], options)[0]
+
+    try:
+        return rerun_suspects(checked, remeasure, alpha, suspect), False
+    except KeyboardInterrupt:
+        return checked, True
+
+
+def _annotate_power(checked: tuple[ScenarioResult, ...], specs: Sequence[Scenario],
+                    alpha: float) -> tuple[tuple[ScenarioResult, ...], bool]:
+    """Add each scenario's sensitivity and power (`specaudit.power`); an interrupt keeps the results."""
+    from specaudit import power
+
+    try:
+        return power.annotate(checked, specs, alpha), False
+    except KeyboardInterrupt:
+        return checked, True
+
+
+def _annotate_diagnosis(checked: tuple[ScenarioResult, ...],
+                        specs: Sequence[Scenario]) -> tuple[tuple[ScenarioResult, ...], bool]:
+    """Rank the zoo mutants for every failing scenario (`specaudit.diagnose`); an interrupt loses only that."""
+    from specaudit import diagnose
+
+    try:
+        return diagnose.annotate(checked, specs), False
+    except KeyboardInterrupt:
+        return checked, True
+
+
+def _settings(method: str, gate_efficiency: bool, samples: int | None, contract: str, timeout: float | None,
+              early_stop: bool, shard: tuple[int, int] | None, suspect_level: float | None, power: bool,
+              diagnose: bool, binding: Any) -> dict[str, Any]:
+    """Return the run settings recorded in the RunResult (and compared by `specaudit merge`)."""
+    return {"method": method, "gate_efficiency": gate_efficiency, "samples": samples, "contract": contract,
+            "timeout": timeout,
+            **({} if not early_stop else {"early_stop": True}),
+            **({} if shard is None else {"shard": {"index": shard[0], "count": shard[1]},
+                                         "suspect_level": suspect_level, "power": power, "diagnose": diagnose}),
+            **({} if binding.main_choice is None else {"adapter": binding.main_choice.label()})}

@@ -429,18 +429,16 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     *,
     max_memory: int = DEFAULT_MAX_MEMORY,
-    stats: RoundStats | None = None,
 ) -> RoundStats:
     """Generate ``plan.samples`` sequences of ``plan.length`` tokens through ``verify``.
 
     ``rng`` drives drafts, draft counts and padding; ``verifier_rng`` is handed to the verifier.
     Finished sequences go to every sink. Raises ContractError on the first malformed output.
     The batch holds at most ``plan.batch`` rows and at most what ``max_memory`` bytes allow
-    (p and q cost (2K+1) V floats per row). ``stats`` continues earlier tallies (sequential
-    looks); a fresh RoundStats is returned otherwise.
+    (p and q cost (2K+1) V floats per row).
     """
     vocab, k, length = target.vocab, len(plan.draft_law) - 1, plan.length
-    stats = RoundStats(k) if stats is None else stats
+    stats = RoundStats(k)
     pool = _garbage_pool(vocab, rng)
     pair = (_Joint if _tabular(target) and _tabular(draft) else _Pair)(target, draft, k, pool)
     law = np.asarray(plan.draft_law, dtype=np.float64)

@@ -81,3 +81,7 @@ def test_cli_gate(tmp_path):
     page = tmp_path / "r.html"
     assert invoke("report", str(out), "--html", str(page), "-q").exit_code == ExitCode.OK
     assert "Against the baseline" in page.read_text()
+    # `report` applies its own rule and says which scenario regressed
+    res = invoke("report", str(out), "--baseline", str(old), "--fail-on", "tokens-per-step:2%", "-q")
+    assert res.exit_code == ExitCode.CHECKS_FAILED and "regression: markov-v4: tokens per step" in res.output
+    assert invoke("report", str(out), "--baseline", str(out), "--fail-on", "tokens-per-step:2%", "-q").exit_code == ExitCode.OK

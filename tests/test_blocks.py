@@ -135,6 +135,20 @@ def test_early_stop_stops_a_broken_verifier_and_runs_a_correct_one_to_n():
     assert g.check("joint-law").pvalue == pytest.approx(min(1.0, min(p / w for p, w in zip(seq["pvalues"], seq["weights"]))))
 
 
+def test_early_stop_level_bounds_the_holm_family_with_exact_scenarios():
+    # the stop is decisive only if alpha / M <= alpha / m: exact-mode probes add p-values to m too
+    from specaudit import power, runner
+
+    corners = runner.resolve_scenarios(["corners"])[0]
+    loaded = [corners] * 8 + runner.resolve_scenarios(["markov-v4"])
+    alpha = 1e-3
+    r = specaudit.run("specaudit.reference:verify", loaded, samples=2000, seed=1, diagnose=False, power=False,
+                      suspect_level=0.0)
+    family = power.family_size(r.scenarios)
+    assert family > 8  # one simulated scenario's checks plus every probe's p-value
+    assert runner._stop_level(alpha, loaded) <= alpha / family
+
+
 def test_early_stop_keeps_family_wise_alpha_under_the_null(monkeypatch):
     # small blocks so that N = 2000 has five looks (125, 250, 500, 1000, 2000)
     monkeypatch.setattr(blocks, "BLOCK", 125)

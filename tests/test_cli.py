@@ -37,6 +37,10 @@ def test_usage_errors_exit_4():
 
 def test_nothing_to_run_exits_5():
     assert invoke("run", "specaudit.reference:verify", "-s", "tag:no-such-tag").exit_code == ExitCode.NO_SCENARIOS
+    for command in (("plan",), ("selftest", "--seeds", "10")):
+        res = invoke(*command, "-s", "tag:no-such-tag")
+        assert res.exit_code == ExitCode.NO_SCENARIOS and "no scenario matches tag:no-such-tag" in res.output
+    assert invoke("plan", "-s", "markov-v4", "--samples", "1000").exit_code == ExitCode.OK  # positive control
 
 
 def test_validate_reports_file_line(tmp_path):
@@ -53,3 +57,9 @@ def test_list_and_schema():
     assert res.exit_code == 0 and "markov-v4" in res.output
     res = invoke("schema")
     assert res.exit_code == 0 and json.loads(res.output)["title"].startswith("specaudit scenario")
+
+
+def test_schema_output_creates_its_folder(tmp_path):
+    out = tmp_path / "sub" / "scenario.schema.json"
+    assert invoke("schema", "-o", str(out)).exit_code == 0
+    assert json.loads(out.read_text())["title"].startswith("specaudit scenario")

@@ -38,7 +38,6 @@ def test_hanging_verifier_is_stopped_by_timeout_and_the_run_goes_on(verifiers_di
     err = by_name["peaked-v8"]["error"]
     assert err["kind"] == "timeout" and "within 1.5 s (--timeout 1.5)" in err["message"]
     assert "exact_broken.py" in err["message"] and "in hangs" in err["message"]  # where it was stopped
-    assert by_name["peaked-v8"]["seconds"] >= 1.5
     for name in ("seed-context-free", "markov-v4"):
         assert by_name[name]["error"] is None and all(c["status"] == "passed" for c in by_name[name]["checks"])
 

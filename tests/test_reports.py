@@ -205,3 +205,23 @@ def test_report_rejects_bad_results_files(tmp_path, bad):
     path.write_text(bad)
     res = invoke("report", str(path), "--html", str(tmp_path / "r.html"))
     assert res.exit_code == ExitCode.USAGE_ERROR and str(path) in res.output
+
+
+def test_rerun_of_a_suspect_scenario_decides_every_report():
+    # a SUSPECT first result whose re-run fails: the run exits 1, so every report must show the failure
+    from specaudit import baseline
+
+    doc = document(passing())
+    first = doc["scenarios"][0]
+    first["checks"][0]["status"] = "suspect"
+    suspect_only = copy.deepcopy(doc)  # negative control: no re-run, the scenario stays suspect
+    rerun = copy.deepcopy(first)
+    rerun["checks"][0]["status"] = "failed"
+    first["rerun"] = rerun
+    for d, verdict, failures in ((suspect_only, "suspect", "0"), (doc, "failed", "1")):
+        page = html.render(d)
+        assert f'<h3 style="display:inline">{first["name"]}</h3> <span class="badge {verdict}">' in page
+        assert ET.fromstring(junit.render(d)).get("failures") == failures
+        assert any(ln.startswith("::error") and "joint-law (re-run)" in ln for ln in github.annotations(d)) == (verdict == "failed")
+        assert baseline.compare(document(passing()), d).rows[0].new_status == verdict
+    assert "joint-law (re-run)" in html.render(doc)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from specaudit.reports.json import scenario_checks
+
 
 def active(environ: Mapping[str, str] | None = None) -> bool:
     """Return True inside a GitHub Actions job."""
@@ -60,7 +62,7 @@ def annotations(doc: Mapping[str, Any], workspace: str | None = None) -> list[st
         if s.get("error"):
             err = s["error"]
             out.append(command("error", f"{err.get('kind')}: {err.get('message')}", title=f"specaudit {s['name']}: error", **where))
-        for c in s.get("checks") or []:
+        for c in scenario_checks(s):
             status = c.get("status")
             if status not in ("failed", "suspect"):
                 continue
@@ -87,7 +89,7 @@ def summary_markdown(doc: Mapping[str, Any]) -> str:
     for s in doc.get("scenarios", []):
         if s.get("error"):
             lines.append(f"| {s['name']} | {s['error'].get('kind')} | | | **error** |")
-        for c in s.get("checks") or []:
+        for c in scenario_checks(s):
             p = c.get("adjusted_pvalue") if c.get("adjusted_pvalue") is not None else c.get("pvalue")
             stat = "" if c.get("statistic") is None else f"{float(c['statistic']):.3g}"
             pv = "" if p is None else ("<1e-300" if float(p) == 0 else f"{float(p):.3g}")
@@ -97,14 +99,14 @@ def summary_markdown(doc: Mapping[str, Any]) -> str:
     problems = []
     for s in doc.get("scenarios", []):
         best = ((s.get("info") or {}).get("diagnosis") or {}).get("best")
-        for c in s.get("checks") or []:
+        for c in scenario_checks(s):
             if c.get("status") == "failed":
                 problems.append(f"- **{s['name']} / {c['name']}**: {c.get('summary', '')}")
                 top = (c.get("data") or {}).get("top_cells") or []
                 if top:
                     cells = ", ".join(f"`{t['cell']}` {t['observed']} vs {float(t['expected']):.1f}" for t in top[:3])
                     problems.append(f"  - most deviating: {cells}")
-        if best and any(c.get("status") == "failed" for c in s.get("checks") or []):
+        if best and any(c.get("status") == "failed" for c in scenario_checks(s)):
             problems.append(f"  - looks like: **{best['mutant']}**, {best['description']} (similarity {best['similarity']:.2f})")
     if problems:
         lines += ["", "### Failures", "", *problems]

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from specaudit.reports import plots
+from specaudit.reports.json import scenario_checks
+from specaudit.results import Status, document_status, worst
 
-SEVERITY = {"skipped": 0, "passed": 1, "pending": 2, "suspect": 3, "failed": 4, "error": 5}
 #: Data values longer than this (as JSON) are shown truncated in the raw-data box.
 RAW_LIMIT = 4000
 
@@ -122,9 +123,8 @@ def _check_view(c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _scenario_view(s: Mapping[str, Any]) -> dict[str, Any]:
-    checks = s.get("checks") or []
-    gating = [c["status"] for c in checks if c.get("gate", True)]
-    status = "error" if s.get("error") else max(gating, key=SEVERITY.get, default="skipped")
+    checks = scenario_checks(s)  # a SUSPECT scenario's re-run follows its first result and decides it
+    status = document_status(s).value
     info = s.get("info") or {}
     power_rows = _power_rows(info)
     return {
@@ -153,12 +153,12 @@ def view(doc: Mapping[str, Any]) -> dict[str, Any]:
                 first = not problems or problems[-1]["scenario"] is not s
                 problems.append({"scenario": s, "check": c, "first": first})
     n_stat = sum(1 for s in scenarios for c in s["checks"] if c.get("pvalue") is not None)
-    status = doc.get("status") or max((s["status"] for s in scenarios), key=SEVERITY.get, default="skipped")
+    status = doc.get("status") or worst([Status(s["status"]) for s in scenarios]).value
     return {
         "doc": doc,
         "status": status,
         "scenarios": scenarios,
-        "counts": sorted(counts.items(), key=lambda kv: -SEVERITY.get(kv[0], 0)),
+        "counts": sorted(counts.items(), key=lambda kv: -Status(kv[0]).severity),
         "problems": problems,
         "n_statistical": n_stat,
         "pvalues_svg": plots.pvalues(doc),

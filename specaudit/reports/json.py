@@ -7,6 +7,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,13 @@ def to_dict(result: RunResult, partial: bool = False, extra: dict[str, Any] | No
 def document(result: RunResult, partial: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Return the document exactly as a reader of the written file sees it (through JSON and back)."""
     return json.loads(json.dumps(to_dict(result, partial, extra), allow_nan=False))
+
+
+def scenario_checks(scenario: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Return a scenario document's checks, then its re-run's named ``<check> (re-run)``: both are reported."""
+    rerun = scenario.get("rerun") or {}
+    again = [{**c, "name": f"{c['name']} (re-run)"} for c in rerun.get("checks") or []]
+    return [*(scenario.get("checks") or []), *again]
 
 
 def _float(value: Any) -> Any:
