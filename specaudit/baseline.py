@@ -137,7 +137,7 @@ def compare(
     Parameters
     ----------
     old, new : mapping
-        Results documents (``specaudit.reports.json.to_dict``), the baseline first.
+        Results documents (``specaudit.documents.to_dict``), the baseline first.
     rules : sequence of Rule
         Gates; without any, the comparison is reported but never fails.
     path : str

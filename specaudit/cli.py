@@ -183,6 +183,9 @@ def run(
             backend=backend,
             address=ray_address,
         )
+    if not result.scenarios and not result.interrupted:
+        asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"
+        click.echo(f"specaudit: nothing to run: no scenario matched {asked}; `specaudit list` shows names and tags", err=True)
     sys.exit(int(_publish(result, json_path, html_path, junit_path, gate, verbose - quiet)))
 
 

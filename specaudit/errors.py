@@ -34,6 +34,12 @@ class TargetLoadError(UsageError):
     """The verifier named by TARGET could not be loaded."""
 
 
+class NothingToRun(SpecauditError):
+    """No scenario matched what was asked for."""
+
+    exit_code = ExitCode.NO_SCENARIOS
+
+
 class ScenarioError(UsageError):
     """A scenario file is malformed; the message starts with ``file:line: key:``."""
 

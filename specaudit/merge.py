@@ -165,6 +165,6 @@ def _unsettled(result: ScenarioResult) -> ScenarioResult:
 
 def runner_result_from_doc(s: dict[str, Any]) -> ScenarioResult:
     """Return a scenario result read back from its JSON (exact-mode scenarios, identical in every shard)."""
-    from specaudit.reports.json import _scenario
+    from specaudit.documents import scenario_from_dict
 
-    return _scenario(s)
+    return scenario_from_dict(s)

@@ -35,7 +35,7 @@ from scipy import stats as sps
 
 from specaudit import mutants as zoo
 from specaudit import reference, runner
-from specaudit.errors import ExitCode, UsageError
+from specaudit.errors import ExitCode, NothingToRun, UsageError
 from specaudit.results import Category, RunResult, Status
 from specaudit.stats import holm
 
@@ -255,7 +255,7 @@ def selftest(
         raise UsageError(f"alpha = {alpha}; allowed: 0 < alpha < 1")
     loaded = runner.resolve_scenarios(scenarios)
     if not loaded:
-        raise UsageError("selftest: no scenarios to run")
+        raise NothingToRun("selftest: no scenario matched; `specaudit list` shows the names and tags")
     t0 = time.perf_counter()
     pvalues, runs_failed = _calibrate(loaded, seeds, samples, alpha, progress)
     rows = _uniformity(pvalues, seeds, alpha)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from specaudit.reports.json import scenario_checks
+from specaudit.documents import scenario_checks
 
 
 def active(environ: Mapping[str, str] | None = None) -> bool:
