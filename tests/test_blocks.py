@@ -13,18 +13,8 @@ from specaudit.cli import main
 from specaudit.errors import ExitCode, UsageError
 from specaudit.lazychains import ZipfChain
 from specaudit.results import Status
+from scenario_texts import ZIPF_V64 as ZIPF
 
-ZIPF = """
-schema: 1
-name: zipf-v64
-tags: [large]
-vocab: 64
-k: 4
-length: 3
-samples: 6000
-target: {kind: zipf, exponent: 1.1, seed: 1}
-draft: {kind: zipf, exponent: 0.8, seed: 1}
-"""
 #: One scenario per sink kind: joint counts, greedy matches, a draft tree, prefix + PIT counts.
 MIXED = ["markov-v4", "sampling-greedy", "ragged-v4"]
 

@@ -16,18 +16,8 @@ from specaudit.prefix import PrefixCounts, prefix_tests
 from specaudit.results import Status
 from specaudit.scenarios import parse_scenario
 from specaudit.simulate import JointCounts, Plan, RoundStats, alias_tables, rows_within, simulate
+from scenario_texts import ZIPF_V64 as ZIPF
 
-ZIPF = """
-schema: 1
-name: zipf-v64
-tags: [large]
-vocab: 64
-k: 4
-length: 3
-samples: 6000
-target: {kind: zipf, exponent: 1.1, seed: 1}
-draft: {kind: zipf, exponent: 0.8, seed: 1}
-"""
 
 
 def test_alias_tables_reproduce_the_law_and_never_draw_zero_mass():
