@@ -38,6 +38,7 @@ def _env():
     )
     env.filters["p"] = fmt_p
     env.filters["num"] = fmt_num
+    env.filters["p_clause"] = fmt_p_clause
     return env
 
 
@@ -49,6 +50,12 @@ def fmt_p(p: Any) -> str:
     if p == 0:
         return "<1e-300"
     return f"{p:.3g}"
+
+
+def fmt_p_clause(p: Any) -> str:
+    """Format 'p = 0.03', or 'p <1e-300' for 0."""
+    text = fmt_p(p)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
 
 
 def fmt_num(x: Any, digits: int = 4) -> str:
