@@ -27,7 +27,8 @@ from typing import Literal
 
 import numpy as np
 
-from specaudit.sampling import sample_rows
+from specaudit.contract import assemble
+from specaudit.sampling import final_token
 
 
 def _ratio(p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray:
@@ -50,9 +51,8 @@ def _block(
     draft = np.asarray(draft)
     num_draft = np.asarray(num_draft, dtype=np.int64)
     batch, k = draft.shape
-    out = np.full((batch, k + 1), -1, dtype=np.int64)
     if batch == 0:
-        return out, np.zeros(0, dtype=np.int64)
+        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     rows = np.arange(batch)
     eta = rng.random((batch, k))
     weight = np.ones(batch)  # P_i
@@ -81,21 +81,13 @@ def _block(
 
     all_in = tau == num_draft
     target = p[rows, tau]  # the bonus position num_draft when every draft is kept
+    residual = None
     if k:
-        at = np.minimum(tau, k - 1)
         scaled = weight_tau[:, None] * target if scale else target  # bug when not scaled by P_tau
-        residual = np.maximum(scaled - q[rows, at], 0.0)
-        weights = np.where(all_in[:, None], target, residual)
-    else:
-        weights = target
-    # A residual with no mass has probability 0 (Sun et al., Lemma 2); keep rounding from NaN.
-    empty = weights.sum(axis=1) <= 0
-    weights = np.where(empty[:, None], target, weights)
-    token = sample_rows(weights, rng.random(batch))
-    keep = np.arange(k)[None, :] < tau[:, None]
-    out[:, :k] = np.where(keep, draft, -1)
-    out[rows, tau] = token
-    return out, tau + 1
+        residual = np.maximum(scaled - q[rows, np.minimum(tau, k - 1)], 0.0)
+    # A residual with no mass has probability 0 (Sun et al., Lemma 2); final_token keeps rounding from NaN.
+    token = final_token(target, residual, ~all_in, rng.random(batch))
+    return assemble(draft, tau, token)
 
 
 def verify(

@@ -45,6 +45,19 @@ class Verifier(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+def assemble(
+    draft: np.ndarray, n_acc: np.ndarray, token: np.ndarray, emit: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lay out ``(out, n_out)``: the first ``n_acc`` drafts, then ``token`` (where ``emit``), then -1."""
+    batch, k = draft.shape
+    rows = np.arange(batch)
+    emit = np.ones(batch, dtype=bool) if emit is None else emit
+    out = np.full((batch, k + 1), -1, dtype=np.int64)
+    out[:, :k] = np.where(np.arange(k)[None, :] < n_acc[:, None], draft, -1)
+    out[rows[emit], n_acc[emit]] = token[emit]
+    return out, n_acc + emit
+
+
 def _first_bad_row(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))[0])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specaudit.contract import assemble
 from specaudit.results import Category, CheckResult, Status
 
 #: How many mismatching sequences a failed check keeps for the report.
@@ -102,12 +103,9 @@ def verify(
     draft = np.asarray(draft)
     num_draft = np.asarray(num_draft, dtype=np.int64)
     batch, k = draft.shape
-    out = np.full((batch, k + 1), -1, dtype=np.int64)
     if batch == 0:
-        return out, np.zeros(0, dtype=np.int64)
+        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     top = np.argmax(p, axis=2)  # [B, K+1]; padding columns are computed but never used
     valid = np.arange(k)[None, :] < num_draft[:, None]
     n_acc = np.cumprod(valid & (draft == top[:, :k]), axis=1).sum(axis=1)
-    out[:, :k] = np.where(np.arange(k)[None, :] < n_acc[:, None], draft, -1)
-    out[np.arange(batch), n_acc] = top[np.arange(batch), n_acc]
-    return out, n_acc + 1
+    return assemble(draft, n_acc, top[np.arange(batch), n_acc])

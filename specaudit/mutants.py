@@ -48,6 +48,7 @@ from typing import Literal
 
 import numpy as np
 
+from specaudit.contract import assemble
 from specaudit.errors import closest
 from specaudit.sampling import sample_rows
 
@@ -129,17 +130,6 @@ def _sample_unclamped(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     return (cum <= (u32 * cum[..., -1])[..., None]).sum(axis=-1)  # missing: np.minimum(idx, V-1)
 
 
-def _finish(draft: np.ndarray, n_acc: np.ndarray, token: np.ndarray, emit: np.ndarray):
-    """Lay out ``out`` (accepted drafts, then ``token`` where ``emit``) and ``n_out``."""
-    batch, k = draft.shape
-    rows = np.arange(batch)
-    out = np.full((batch, k + 1), -1, dtype=np.int64)
-    keep = np.arange(k)[None, :] < n_acc[:, None]
-    out[:, :k] = np.where(keep, draft, -1)
-    out[rows[emit], n_acc[emit]] = token[emit]
-    return out, n_acc + emit
-
-
 def _chain(
     draft: np.ndarray,
     q: np.ndarray,
@@ -215,7 +205,7 @@ def _chain(
     if bonus == "none":
         # All drafts accepted: no bonus token. A row with no drafts still emits one from p.
         emit = rejected | (num_draft == 0)
-    return _finish(draft, n_acc, token, emit)
+    return assemble(draft, n_acc, token, emit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,7 +316,7 @@ def sample_and_match(draft, q, p, num_draft, rng):
         token = np.where(rejected, y[rows, np.minimum(n_acc, k - 1)], bonus)
     else:
         token = bonus
-    return _finish(draft, n_acc, token, np.ones(batch, dtype=bool))
+    return assemble(draft, n_acc, token)
 
 
 @_register("lossless-control", "notes/theory.md (plain decoding: one token per step)")
@@ -336,4 +326,4 @@ def ignore_drafts(draft, q, p, num_draft, rng):
     batch, k = draft.shape
     token = sample_rows(p[:, 0], rng.random(batch)) if batch else np.zeros(0, dtype=np.int64)
     n_acc = np.zeros(batch, dtype=np.int64)
-    return _finish(draft, n_acc, token, np.ones(batch, dtype=bool))
+    return assemble(draft, n_acc, token)

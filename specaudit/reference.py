@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specaudit.sampling import sample_rows
+from specaudit.contract import assemble
+from specaudit.sampling import final_token
 
 
 def verify(
@@ -28,12 +29,10 @@ def verify(
     draft = np.asarray(draft)
     num_draft = np.asarray(num_draft, dtype=np.int64)
     batch, k = draft.shape
-    out = np.full((batch, k + 1), -1, dtype=np.int64)
     if batch == 0:
-        return out, np.zeros(0, dtype=np.int64)
+        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     rows = np.arange(batch)
-    positions = np.arange(k)
-    valid = positions[None, :] < num_draft[:, None]
+    valid = np.arange(k)[None, :] < num_draft[:, None]
     safe = np.where(valid, draft, 0)  # padding ids may be garbage: never index with them
     u = rng.random((batch, k))
     p_x = np.take_along_axis(p[:, :k], safe[..., None], axis=2)[..., 0]
@@ -43,18 +42,6 @@ def verify(
     rejected = n_acc < num_draft
 
     target = p[rows, n_acc]  # bonus position num_draft when nothing was rejected
-    if k:
-        at = np.minimum(n_acc, k - 1)
-        residual = np.maximum(target - q[rows, at], 0.0)
-        weights = np.where(rejected[:, None], residual, target)
-    else:
-        weights = target
-    # p = q at the rejected position leaves an all-zero residual: sample from p instead.
-    empty = weights.sum(axis=1) <= 0
-    weights = np.where(empty[:, None], target, weights)
-    token = sample_rows(weights, rng.random(batch))
-
-    keep = positions[None, :] < n_acc[:, None]
-    out[:, :k] = np.where(keep, draft, -1)
-    out[rows, n_acc] = token
-    return out, n_acc + 1
+    residual = np.maximum(target - q[rows, np.minimum(n_acc, k - 1)], 0.0) if k else None
+    token = final_token(target, residual, rejected, rng.random(batch))
+    return assemble(draft, n_acc, token)
