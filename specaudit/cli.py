@@ -51,6 +51,20 @@ class _Group(click.Group):
             _fail(exc)
 
 
+# Options shared by the commands that print or write reports (run, merge, report).
+_html = click.option("--html", "html_path", is_flag=False, flag_value="reports/", default=None, metavar="PATH",
+                     help="Write a self-contained HTML report to PATH (a file, or a folder; bare --html: reports/).")
+_junit = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, metavar="PATH",
+                      help="Write JUnit XML: a testcase per scenario x check, statistics as properties.")
+_baseline = click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None,
+                         metavar="OLD.json", help="Compare tokens/step and verdicts with an earlier run's JSON.")
+_fail_on = click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:THRESHOLD",
+                        help="With --baseline: exit 1 when a metric regresses past the threshold, "
+                        "e.g. tokens-per-step:2%. Repeatable.")
+_quiet = click.option("-q", "--quiet", count=True, help="Less output.")
+_verbose = click.option("-v", "--verbose", count=True, help="More output.")
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="specaudit")
 def main() -> None:
@@ -92,14 +106,10 @@ def main() -> None:
               help="Working memory the simulator's batch may use, in GiB (large vocabularies run in chunks).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write results as JSON (updated after every scenario).")
-@click.option("--html", "html_path", is_flag=False, flag_value="reports/", default=None, metavar="PATH",
-              help="Write a self-contained HTML report to PATH (a file, or a folder; bare --html: reports/).")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, metavar="PATH",
-              help="Write JUnit XML: a testcase per scenario x check, statistics as properties.")
-@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None, metavar="OLD.json",
-              help="Compare tokens/step and verdicts with an earlier run's JSON.")
-@click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:THRESHOLD",
-              help="With --baseline: fail when a metric regresses past the threshold, e.g. tokens-per-step:2%. Repeatable.")
+@_html
+@_junit
+@_baseline
+@_fail_on
 @click.option("--adapter", default=None, metavar="NAME",
               help="Drive TARGET in its own layout: torch, hf, vllm, flashinfer, an entry point, or pkg.mod:attr "
                    "(`specaudit adapters` lists them). Overrides a scenario's adapter.")
@@ -112,8 +122,8 @@ def main() -> None:
               help="Holm p-values in (alpha, P] are SUSPECT and their scenario is re-run on a fresh seed with 4x "
                    "the samples. Default 100 x alpha (at most 0.5); P <= alpha: no re-runs.")
 @click.option("--no-power", is_flag=True, help="Skip the per-scenario power figures (detectable TV, power per mutant).")
-@click.option("-q", "--quiet", count=True, help="Less output.")
-@click.option("-v", "--verbose", count=True, help="More output.")
+@_quiet
+@_verbose
 def run(
     target: str,
     scenario_names: tuple[str, ...],
@@ -192,12 +202,10 @@ def run(
 @main.command()
 @click.argument("shards", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the merged results as JSON.")
-@click.option("--html", "html_path", is_flag=False, flag_value="reports/", default=None, metavar="PATH",
-              help="Write the HTML report (a file, or a folder; bare --html: reports/).")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, metavar="PATH",
-              help="Write JUnit XML.")
-@click.option("-q", "--quiet", count=True, help="Less output.")
-@click.option("-v", "--verbose", count=True, help="More output.")
+@_html
+@_junit
+@_quiet
+@_verbose
 def merge(shards: tuple[str, ...], json_path: str | None, html_path: str | None, junit_path: str | None,
           quiet: int, verbose: int) -> None:
     """Merge the JSON of `run --shard i/n` runs (every i) and check the summed counts.
@@ -310,16 +318,12 @@ def _show(result: Any, comparison: Any, written: list[Path], verbosity: int) -> 
 
 @main.command()
 @click.argument("results", type=click.Path(dir_okay=False))
-@click.option("--html", "html_path", is_flag=False, flag_value="reports/", default=None, metavar="PATH",
-              help="Write the HTML report (a file, or a folder; bare --html: reports/).")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, metavar="PATH",
-              help="Write JUnit XML.")
-@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None, metavar="OLD.json",
-              help="Compare with an earlier run's JSON.")
-@click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:THRESHOLD",
-              help="With --baseline: exit 1 when a metric regresses past the threshold, e.g. tokens-per-step:2%.")
-@click.option("-q", "--quiet", count=True, help="Less output.")
-@click.option("-v", "--verbose", count=True, help="More output.")
+@_html
+@_junit
+@_baseline
+@_fail_on
+@_quiet
+@_verbose
 def report(
     results: str,
     html_path: str | None,
@@ -457,8 +461,8 @@ def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None,
 @click.option("--samples", type=int, default=20_000, show_default=True, help="Sequences per scenario and run.")
 @click.option("--alpha", type=float, default=1e-3, show_default=True, help="Family-wise level of every run.")
 @click.option("--no-mutants", is_flag=True, help="Calibration only; skip the zoo.")
-@click.option("-q", "--quiet", count=True, help="Less output.")
-@click.option("-v", "--verbose", count=True, help="More output.")
+@_quiet
+@_verbose
 def selftest(scenario_names: tuple[str, ...], seeds: int, samples: int, alpha: float, no_mutants: bool,
              quiet: int, verbose: int) -> None:
     """Test the tester: p-value uniformity and false alarms under the null; the zoo must be caught."""

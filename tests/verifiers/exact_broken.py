@@ -4,7 +4,9 @@ import time
 
 import numpy as np
 
+from specaudit.contract import assemble
 from specaudit.reference import verify as _reference
+from specaudit.sampling import final_token
 
 
 def mutates_p(draft, q, p, num_draft, rng):
@@ -24,63 +26,43 @@ def fixed_seed(draft, q, p, num_draft, rng):
     return _reference(draft, q, p, num_draft, np.random.default_rng(1234))
 
 
+def _accepted_run(draft, q, p, num_draft, u, accept):
+    """Return (n_acc, rows) for the acceptance rule ``accept(u, p_x, q_x, valid)``."""
+    k = draft.shape[1]
+    valid = np.arange(k)[None, :] < num_draft[:, None]
+    safe = np.where(valid, draft, 0)
+    p_x = np.take_along_axis(p[:, :k], safe[..., None], axis=2)[..., 0]
+    q_x = np.take_along_axis(q, safe[..., None], axis=2)[..., 0]
+    return np.cumprod(accept(u, p_x, q_x, valid), axis=1).sum(axis=1), np.arange(draft.shape[0])
+
+
 def float32_ratio(draft, q, p, num_draft, rng):
     """Accept test u < p/q with u rounded to float32: u = 1 - 2**-53 becomes 1.0 and p = q is rejected."""
     batch, k = draft.shape
-    out = np.full((batch, k + 1), -1, dtype=np.int64)
     if batch == 0:
-        return out, np.zeros(0, dtype=np.int64)
-    rows = np.arange(batch)
-    valid = np.arange(k)[None, :] < num_draft[:, None]
-    safe = np.where(valid, draft, 0)
+        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     u = rng.random((batch, k)).astype(np.float32)  # torch.rand's default dtype
-    p_x = np.take_along_axis(p[:, :k], safe[..., None], axis=2)[..., 0]
-    q_x = np.take_along_axis(q, safe[..., None], axis=2)[..., 0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        accepted = valid & (u < np.where(q_x > 0, p_x / q_x, np.inf))
-    n_acc = np.cumprod(accepted, axis=1).sum(axis=1)
-    rejected = n_acc < num_draft
-    target = p[rows, n_acc]
-    if k:
-        resid = np.maximum(target - q[rows, np.minimum(n_acc, k - 1)], 0.0)
-        weights = np.where(rejected[:, None], resid, target)
-    else:
-        weights = target
-    weights = np.where((weights.sum(axis=1) <= 0)[:, None], target, weights)
-    from specaudit.sampling import sample_rows
 
-    out[:, :k] = np.where(np.arange(k)[None, :] < n_acc[:, None], draft, -1)
-    out[rows, n_acc] = sample_rows(weights, rng.random(batch))
-    return out, n_acc + 1
+    def accept(u, p_x, q_x, valid):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return valid & (u < np.where(q_x > 0, p_x / q_x, np.inf))
+
+    n_acc, rows = _accepted_run(draft, q, p, num_draft, u, accept)
+    target = p[rows, n_acc]
+    resid = np.maximum(target - q[rows, np.minimum(n_acc, k - 1)], 0.0) if k else None
+    return assemble(draft, n_acc, final_token(target, resid, n_acc < num_draft, rng.random(batch)))
 
 
 def swapped_residual(draft, q, p, num_draft, rng):
     """Residual norm(max(q - p, 0)) instead of norm(max(p - q, 0)) (Chen et al. swap p and q)."""
-    from specaudit.sampling import sample_rows
-
     batch, k = draft.shape
-    out = np.full((batch, k + 1), -1, dtype=np.int64)
     if batch == 0:
-        return out, np.zeros(0, dtype=np.int64)
-    rows = np.arange(batch)
-    valid = np.arange(k)[None, :] < num_draft[:, None]
-    safe = np.where(valid, draft, 0)
+        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     u = rng.random((batch, k))
-    p_x = np.take_along_axis(p[:, :k], safe[..., None], axis=2)[..., 0]
-    q_x = np.take_along_axis(q, safe[..., None], axis=2)[..., 0]
-    n_acc = np.cumprod(valid & (u * q_x < p_x), axis=1).sum(axis=1)
-    rejected = n_acc < num_draft
+    n_acc, rows = _accepted_run(draft, q, p, num_draft, u, lambda u, p_x, q_x, valid: valid & (u * q_x < p_x))
     target = p[rows, n_acc]
-    if k:
-        resid = np.maximum(q[rows, np.minimum(n_acc, k - 1)] - target, 0.0)  # the bug: q - p
-        weights = np.where(rejected[:, None], resid, target)
-    else:
-        weights = target
-    weights = np.where((weights.sum(axis=1) <= 0)[:, None], target, weights)
-    out[:, :k] = np.where(np.arange(k)[None, :] < n_acc[:, None], draft, -1)
-    out[rows, n_acc] = sample_rows(weights, rng.random(batch))
-    return out, n_acc + 1
-
+    resid = np.maximum(q[rows, np.minimum(n_acc, k - 1)] - target, 0.0) if k else None  # the bug: q - p
+    return assemble(draft, n_acc, final_token(target, resid, n_acc < num_draft, rng.random(batch)))
 
 
 def empty_batch_wrong_shape(draft, q, p, num_draft, rng):
