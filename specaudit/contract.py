@@ -164,8 +164,11 @@ def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
 
         return call
 
+    import _signal  # signal.signal without the enum wrapping of signal.py (~10 us a call)
     import signal
     import time
+
+    alarm = int(signal.SIGALRM)
 
     def late(where: str = "") -> VerifierTimeout:
         return VerifierTimeout(
@@ -185,7 +188,7 @@ def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
                 fired[0] = True
                 raise VerifierTimeout("timeout")
 
-        previous = signal.signal(signal.SIGALRM, on_alarm)
+        previous = _signal.signal(alarm, on_alarm)
         outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
         t0 = time.monotonic()
         try:
@@ -201,7 +204,7 @@ def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
                 raise late(_user_frames(exc)) from None
             raise crash(exc) from exc
         finally:
-            signal.signal(signal.SIGALRM, previous)
+            _signal.signal(alarm, previous)
             if outer_delay > 0:  # someone else's timer (e.g. pytest-timeout): put it back
                 signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - t0), 1e-3), outer_interval)
         if fired[0]:  # it swallowed the timeout and returned late

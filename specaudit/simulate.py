@@ -7,6 +7,8 @@ vectorised across rows; the only Python loop runs over the K draft positions.
 Speed (issue 7): a tabular chain is turned once into lookup tables (payload rows extended with
 the padding garbage, Walker alias tables for O(1) sampling, a flat next-state table), so one
 verify call costs a handful of small numpy operations plus one gather each for ``p`` and ``q``.
+With numba installed (extra ``fast``) the same work runs as two compiled loops
+(:mod:`specaudit.kernels`), with the same random draws and the same results.
 Lazy chains (no tables, e.g. :mod:`specaudit.lazychains`) are asked for rows on demand.
 """
 
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from specaudit import kernels
 from specaudit.chains import TabularChain
 from specaudit.contract import validate_output
 
@@ -192,6 +195,7 @@ class _Joint:
     def __init__(self, target: Any, draft: Any, k: int, pool: np.ndarray):
         t = _joint_tables(target, draft, k)
         self.m, self.vocab, self.k = t["m"], t["vocab"], k
+        self.blocks = -(-k // self.m) if k else 0  # alias draws per row and call
         self.paths, self.n_paths = t["paths"], t["n_paths"]
         self.threshold, self.alias = t["threshold"], t["alias"]
         self.path_states = t["path_states"]  # [S*P, m+1]: state before each token, then after
@@ -206,6 +210,11 @@ class _Joint:
             # whole-block payloads: p and q of every (state, path) in one row each
             self.p_blocks = self.p_table[t["path_states"]]
             self.q_blocks = self.q_table[t["path_states"][:, :k]]
+        n_rows = t["path_states"].shape[0]
+        self.flat_blocks = (  # the same, one row per (state, path), for specaudit.kernels
+            (self.p_blocks.reshape(n_rows, -1), self.q_blocks.reshape(n_rows, -1))
+            if self.p_blocks is not None else (np.empty((0, 0)), np.empty((0, 0)))
+        )
 
     def new_states(self, n: int) -> list[np.ndarray]:
         return [np.full(n, self.start, dtype=np.int64)]
@@ -378,9 +387,13 @@ def _joint_tables(target: Any, draft: Any, k: int) -> dict[str, Any]:
 
 
 def warm(target: Any, draft: Any, k: int) -> None:
-    """Build the joint tables of a tabular chain pair now (before forking workers, which then share them)."""
+    """Build the joint tables of a tabular chain pair and load the compiled kernels now.
+
+    Called before forking workers, which then share both instead of each building its own.
+    """
     if _tabular(target) and _tabular(draft):
         _joint_tables(target, draft, k)
+        kernels.load()
 
 
 def rows_within(max_memory: int, vocab: int, k: int) -> int:
@@ -416,6 +429,32 @@ def _validate(result: Any, drafts_ext: np.ndarray, nd: np.ndarray, vocab: int, c
                         return out, n_out, last
     out, n_out = validate_output(result, drafts_ext[:, :-1], nd, vocab)
     return out, n_out, out[np.arange(nd.size), n_out - 1]
+
+
+def _booked(kern: Any, result: Any, drafts_ext: np.ndarray, nd: np.ndarray, vocab: int, *book: Any) -> tuple[int, int]:
+    """Check ``result`` and book it with the compiled kernel; return ``(finished rows, live rows)``.
+
+    Outputs that are not int64 arrays of the contract's shapes go through the full contract
+    check first (it coerces, e.g. int32 ids, or names the broken clause). One the kernel refuses
+    breaks the contract: the full check names the clause.
+    """
+    out = n_out = None
+    if isinstance(result, tuple) and len(result) == 2:
+        out, n_out = result
+    if not (
+        type(out) is np.ndarray
+        and type(n_out) is np.ndarray
+        and out.dtype == np.int64
+        and n_out.dtype == np.int64
+        and out.shape == drafts_ext.shape
+        and n_out.shape == nd.shape
+    ):
+        out, n_out = validate_output(result, drafts_ext[:, :-1], nd, vocab)
+    count, live = kern.end(out, n_out, drafts_ext, nd, vocab, *book)
+    if count < 0:
+        validate_output(result, drafts_ext[:, :-1], nd, vocab)  # raises ContractError naming the clause
+        raise AssertionError("the contract check passed an output the compiled check refuses")
+    return count, live
 
 
 def simulate(
@@ -462,10 +501,24 @@ def simulate(
     n = width
     row_stride = buf.shape[1]
     bins = 2 * (k + 1)
+    kern = kernels.load() if isinstance(pair, _Joint) else None
+    observers = list(sinks)
+    if kern is not None:
+        # one whole-sequence histogram is counted by the compiled loop itself
+        joint = next((s for s in observers if type(s) is JointCounts), None)
+        cells, weights = (joint.counts, joint.weights) if joint is not None else (np.empty(0, np.int64), np.zeros(length, np.int64))
+        if joint is not None:
+            observers.remove(joint)
+        done_buf = np.empty(width, dtype=np.int64)
+        fin_buf = np.empty((width, length), dtype=np.int64)
+        d_buf = np.empty((width, k), dtype=np.int64)  # the verifier's copy of the drafts
+        no_pad = np.empty((0, 0), dtype=np.int64)
+        no_block = np.empty((0, 0))
 
+    nd_fixed = np.full(width, fixed if fixed is not None else 0, dtype=np.int64)
     while n:
         if fixed is not None:
-            nd = np.full(n, fixed, dtype=np.int64)
+            nd = nd_fixed[:n]
         else:
             nd = np.searchsorted(law_cdf, rng.random(n), side="right").astype(np.int64)
 
@@ -473,23 +526,48 @@ def simulate(
         # States past num_draft keep advancing: their payload is replaced by garbage anyway.
         at = [a[:n] for a in at_buf]
         dx = d_ext[:n]
-        pair.draft(states, n, rng, dx, at)
         p, q = p_buf[:n], q_buf[:n]
-        if ragged:
+        if kern is not None:  # the same draws as the numpy code below, in compiled loops
+            u = rng.random((pair.blocks, n))
+            if ragged:
+                gp, gq = rng.integers(GARBAGE_POOL, size=(n, k + 1)), rng.integers(GARBAGE_POOL, size=(n, k))
+                gx = rng.integers(vocab, size=(n, k))
+            else:
+                gp = gq = gx = no_pad
+            d_ids = d_buf[:n]
+            blocks = pair.flat_blocks if gp is no_pad else (no_block, no_block)
+            kern.begin(states[0][:n], u, pair.n_paths, pair.threshold, pair.alias, pair.paths, pair.path_states,
+                       *blocks, nd, gp, gq, gx, pair.garbage, pair.p_table, pair.q_table, dx, d_ids, at[0], p, q)
+        elif ragged:
+            pair.draft(states, n, rng, dx, at)
             pad_p = col[None, :] > nd[:, None]
             pad_q = pad_p[:, 1:] if k else pad_p[:, :0]  # position i >= nd  <=>  i + 1 > nd
             pair.fill(p, q, at, pad_p, pad_q, rng)
             dx[:, :k] = np.where(pad_q, rng.integers(vocab, size=pad_q.shape), dx[:, :k])
         else:
+            pair.draft(states, n, rng, dx, at)
             pair.fill(p, q, at, None, None, rng)
-        d_ids = dx[:, :k].copy()  # the verifier may write to its inputs
+        if kern is None:
+            d_ids = dx[:, :k].copy()  # the verifier may write to its inputs
 
         t0 = time.perf_counter()
         result = verify(d_ids, q, p, nd.copy(), verifier_rng)
         stats.verifier_seconds += time.perf_counter() - t0
         stats.calls += 1
+        if kern is not None:
+            budget = max(0, plan.samples - started)
+            count, n = _booked(kern, result, dx, nd, vocab, at[0], pair.nxt, states[0], pos, rounds, tokens, buf,
+                               length, stats.accept_all, stats.accept_first, stats.moments, cells, weights, done_buf,
+                               fin_buf, pair.start, budget)
+            stats.sequences += count
+            started += min(count, budget)
+            if count:
+                for sink in observers:
+                    sink.observe(fin_buf[:count])
+                if progress is not None:
+                    progress(stats.sequences, plan.samples)
+            continue
         out, n_out, last = _validate(result, dx, nd, vocab, col)
-
         # bookkeeping: accept lengths, append emitted tokens, advance the context
         acc = n_out - 1
         p0 = pos[:n]
@@ -502,13 +580,12 @@ def simulate(
         p0 += n_out
         rounds[:n] += 1
         tokens[:n] += n_out
-
         done = np.flatnonzero(p0 >= length)
+        finished = buf[done, :length]
+        stats.finish(rounds[done], tokens[done])
         if done.size:
-            finished = buf[done, :length]
-            for sink in sinks:
+            for sink in observers:
                 sink.observe(finished)
-            stats.finish(rounds[done], tokens[done])
             refill = done[: max(0, plan.samples - started)]
             if refill.size:
                 pair.reset(states, refill)

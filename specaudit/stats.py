@@ -148,7 +148,7 @@ def goodness_of_fit(
     probs : ndarray
         Exact probability per cell (sums to 1).
     method : {"pearson", "g"}
-        Pearson's X^2 or the likelihood-ratio G^2 (scipy ``power_divergence``).
+        Pearson's X^2 or the likelihood-ratio G^2 (as scipy ``power_divergence``).
     min_expected : float
         Merge cells until each group expects at least this many observations.
 
@@ -185,11 +185,11 @@ def goodness_of_fit(
     ok = group >= 0
     obs = np.bincount(group[ok], weights=observed[ok], minlength=n_groups)
     exp = np.bincount(group[ok], weights=probs[ok], minlength=n_groups) * n
-    lam = "pearson" if method == "pearson" else "log-likelihood"
-    res = sps.power_divergence(obs, exp, lambda_=lam)
-    return GoodnessOfFit(
-        float(res.statistic), float(res.pvalue), n_groups - 1, method, n, cells, n_groups, 0, tv, tv_null
-    )
+    # the terms of scipy.stats.power_divergence, without its argument handling (~0.1 ms a call)
+    terms = (obs - exp) ** 2 / exp if method == "pearson" else 2.0 * special.xlogy(obs, obs / exp)
+    statistic = float(terms.sum())
+    pvalue = float(special.chdtrc(n_groups - 1, statistic))
+    return GoodnessOfFit(statistic, pvalue, n_groups - 1, method, n, cells, n_groups, 0, tv, tv_null)
 
 
 @dataclass(frozen=True)
