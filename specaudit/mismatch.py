@@ -189,7 +189,8 @@ def output_law(
     # alpha[prefix, s, i, j]: the round position after the prefix (i <= j)
     alpha = np.zeros((1, n, k + 1, k + 1))
     alpha[0, target.start * s_d + draft.start, 0, :] = law
-    rows = np.arange(n)
+    move = np.zeros((v, n, n))  # move[x, s, s'] = 1 when token x takes joint state s to s'
+    move[np.arange(v)[None, :], np.arange(n)[:, None], nxt] = 1.0
     for _ in range(length):
         m = alpha.shape[0]
         new = np.zeros((m, v, n, k + 1, k + 1))
@@ -202,12 +203,12 @@ def output_law(
                 if i < j:
                     flow = a[:, :, None] * acc[None]  # [m, S, V]
                     for x in range(v):
-                        np.add.at(new[:, x, :, i + 1, j], (slice(None), nxt[:, x]), flow[:, :, x])
+                        new[:, x, :, i + 1, j] += flow[:, :, x] @ move[x]
                     emit = a[:, :, None] * rej[None]
                 else:
                     emit = a[:, :, None] * pb[None]
                 for x in range(v):
-                    np.add.at(ended[:, x], (slice(None), nxt[rows, x]), emit[:, :, x])
+                    ended[:, x] += emit[:, :, x] @ move[x]
         new[:, :, :, 0, :] += ended[..., None] * law
         alpha = new.reshape(m * v, n, k + 1, k + 1)
     return alpha.reshape(alpha.shape[0], -1).sum(axis=1)

@@ -63,7 +63,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -780,9 +780,12 @@ class ScenarioPower:
 
     def to_info(self) -> dict[str, Any]:
         """Return ScenarioResult.info entries: ``power`` (per mutant) and ``sensitivity``."""
-        head = asdict(self)
+        def flat(obj: Any) -> dict[str, Any]:  # fields are numbers and strings: no deep copy needed
+            return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+        head = flat(self)
         head.pop("mutants")
-        return {"power": {m.name: asdict(m) for m in self.mutants}, "sensitivity": head}
+        return {"power": {m.name: flat(m) for m in self.mutants}, "sensitivity": head}
 
     @classmethod
     def from_info(cls, info: Mapping[str, Any]) -> "ScenarioPower | None":
