@@ -7,8 +7,9 @@ float64 arithmetic, so the sequences, counts and statistics are identical with a
 numba (tests/test_kernels.py compares them). Without numba, or with ``SPECAUDIT_NO_JIT=1``,
 :func:`load` returns None and the numpy code runs.
 
-Compiled code is cached next to this file (``cache=True``); the first run after an install
-pays the compile time once (a few seconds), later runs load it.
+Compiled code is cached next to this file (``cache=True``; numba's user-wide cache when this
+folder is read-only, in memory when neither is writable); the first run after an install pays
+the compile time once (a few seconds), later runs load it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -192,5 +194,12 @@ def load() -> SimpleNamespace | None:
         import numba
     except ImportError:
         return None
-    jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+    try:
+        return _compile(numba, cache=True)
+    except RuntimeError:  # no writable cache location (read-only install, no home): compile in memory
+        return _compile(numba, cache=False)
+
+
+def _compile(numba: Any, cache: bool) -> SimpleNamespace:
+    jit = numba.njit(cache=cache, nogil=True, boundscheck=False)
     return SimpleNamespace(**{f.__name__: jit(f) for f in (begin, end)})

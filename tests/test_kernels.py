@@ -122,6 +122,30 @@ def test_no_jit_switch_and_missing_numba_fall_back_to_numpy(monkeypatch):
     assert kernels.load() is not None
 
 
+def test_no_writable_cache_compiles_in_memory(monkeypatch):
+    import numba
+
+    real = numba.njit
+    asked = []
+
+    def njit(*args, cache=False, **kwargs):
+        asked.append(cache)
+        if cache:
+            raise RuntimeError("cannot cache function 'begin': no locator available for file 'kernels.py'")
+        return real(*args, cache=cache, **kwargs)
+
+    kernels.load.cache_clear()
+    monkeypatch.setattr(numba, "njit", njit)
+    try:
+        kern = kernels.load()
+        assert kern is not None and asked == [True, False]
+        fast = _simulate(monkeypatch, True, reference.verify, 4, 3, [0.2, 0.3, 0.5, 0.0])
+    finally:
+        kernels.load.cache_clear()
+    slow = _simulate(monkeypatch, False, reference.verify, 4, 3, [0.2, 0.3, 0.5, 0.0])
+    assert fast[0] == slow[0] and np.array_equal(fast[1], slow[1])
+
+
 def test_a_whole_run_is_identical_with_and_without_the_kernels(monkeypatch):
     def run():
         result = specaudit.run("specaudit.reference:verify", ["markov-v4", "ragged-v4", "greedy-markov"], seed=4,
