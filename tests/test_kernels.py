@@ -1,5 +1,7 @@
 """Issue 7: the compiled hot path (specaudit.kernels) gives exactly what the numpy simulator gives."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,16 @@ from specaudit.errors import ContractError
 from specaudit.simulate import JointCounts, Plan, simulate
 
 pytest.importorskip("numba")
+
+
+@pytest.fixture(autouse=True)
+def compiled_path(monkeypatch):
+    """Every test here gets the compiled kernels, even in a session run with SPECAUDIT_NO_JIT=1."""
+    monkeypatch.delenv("SPECAUDIT_NO_JIT", raising=False)
+    kernels.load.cache_clear()
+    yield
+    monkeypatch.undo()
+    kernels.load.cache_clear()
 
 
 class Recorder:
@@ -30,6 +42,8 @@ def _chains(vocab, seed=5):
 
 
 def _simulate(monkeypatch, compiled, verify, vocab, length, law, samples=3000, batch=512, seed=3):
+    if compiled:
+        assert kernels.load() is not None
     monkeypatch.setattr(kernels, "load", kernels.load if compiled else (lambda: None))
     target, draft = _chains(vocab)
     joint, rec = JointCounts(vocab, length), Recorder()
@@ -108,17 +122,14 @@ def test_contract_breaches_are_named_the_same_way(monkeypatch, broken):
 
 
 def test_no_jit_switch_and_missing_numba_fall_back_to_numpy(monkeypatch):
+    with monkeypatch.context() as m:
+        m.setenv("SPECAUDIT_NO_JIT", "1")
+        assert kernels.load() is None
     kernels.load.cache_clear()
-    try:
-        monkeypatch.setenv("SPECAUDIT_NO_JIT", "1")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "numba", None)  # import numba -> ImportError
         assert kernels.load() is None
-        kernels.load.cache_clear()
-        monkeypatch.delenv("SPECAUDIT_NO_JIT")
-        monkeypatch.setitem(__import__("sys").modules, "numba", None)  # import numba -> ImportError
-        assert kernels.load() is None
-    finally:
-        kernels.load.cache_clear()
-        monkeypatch.undo()
+    kernels.load.cache_clear()
     assert kernels.load() is not None
 
 
@@ -152,6 +163,7 @@ def test_a_whole_run_is_identical_with_and_without_the_kernels(monkeypatch):
                                samples=20_000, diagnose=False, suspect_level=0.0)
         return [(s.name, s.status, [(c.name, c.statistic, c.pvalue) for c in s.checks]) for s in result.scenarios]
 
+    assert kernels.load() is not None
     fast = run()
     monkeypatch.setattr(kernels, "load", lambda: None)
     assert run() == fast
