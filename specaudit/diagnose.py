@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from specaudit import stats
 from specaudit.results import ScenarioResult, Status
 from specaudit.scenarios import Scenario
 
@@ -153,8 +154,6 @@ def _significant(observed: Mapping[str, tuple[np.ndarray, np.ndarray]], laws: La
     """Return True when a simulated mutant law deviates from the exact law beyond its noise."""
     if samples is None:
         return True
-    from scipy.stats import chi2
-
     stat, df = 0.0, 0
     for name, (obs, exp) in observed.items():
         law = laws.get(name)
@@ -166,7 +165,7 @@ def _significant(observed: Mapping[str, tuple[np.ndarray, np.ndarray]], laws: La
             return True  # mass on impossible cells: a deviation however few samples
         stat += float(samples * np.sum((np.asarray(law)[pos] - p[pos]) ** 2 / p[pos]))
         df += int(pos.sum()) - 1
-    return df > 0 and chi2.sf(stat, df) < SIGNIFICANCE
+    return df > 0 and stats.chi2_sf(stat, df) < SIGNIFICANCE
 
 
 @functools.lru_cache(maxsize=256)

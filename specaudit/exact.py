@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from specaudit.chains import TabularChain
 from specaudit.errors import UsageError
@@ -394,6 +393,8 @@ def closed_form_accept_law(alpha: float, k: int) -> np.ndarray:
 def _recurrent_class(graph: np.ndarray, start: int) -> np.ndarray:
     """Return the states of the one closed class reachable from ``start``, or raise."""
     # Decided on the graph, not by the rank of T - I: float rounding hides a second class there.
+    from scipy.sparse.csgraph import breadth_first_order, connected_components  # ~0.2 s to import: only here
+
     reach = np.sort(breadth_first_order(graph, start, return_predecessors=False))
     sub = graph[np.ix_(reach, reach)]
     _, labels = connected_components(sub, directed=True, connection="strong")

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from specaudit import stats
 from specaudit.adversarial import ScriptedUniforms
@@ -345,7 +344,7 @@ def corner_greedy_drafter(pr: Prober) -> CheckResult:
     statistic = float(sum(f.statistic for f in fits))
     df = int(sum(f.df for f in fits))
     impossible = int(sum(f.impossible for f in fits))
-    pvalue = 0.0 if impossible else (float(sps.chi2.sf(statistic, df)) if df else 1.0)
+    pvalue = 0.0 if impossible else (stats.chi2_sf(statistic, df) if df else 1.0)
     accepted = counts[:, :v].sum(axis=1) / np.maximum(counts.sum(axis=1), 1)
     exact_acc = p0[np.arange(GREEDY_CONFIGS), x]
     summary = (

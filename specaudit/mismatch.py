@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
+from specaudit import stats
 from specaudit.chains import TabularChain
 from specaudit.logits import LogitsChain
 from specaudit.processing import SamplingParams, process
@@ -232,7 +232,7 @@ def _score(name: str, counts: np.ndarray, probs: np.ndarray) -> Score:
         return Score(name, float("inf"), 0, 0.0)
     g2 = float(2.0 * np.sum(counts[seen] * np.log(counts[seen] / expected[seen])))
     df = max(int((probs > 0).sum()) - 1, 1)
-    return Score(name, g2, df, float(sps.chi2.sf(g2, df)))
+    return Score(name, g2, df, stats.chi2_sf(g2, df))
 
 
 #: Quantities closer than this (max abs difference of probabilities) are one hypothesis here.

@@ -201,3 +201,15 @@ def test_cli_jobs_and_max_memory():
     assert ok.exit_code == ExitCode.OK, ok.output
     bad = runner.invoke(main, ["run", "specaudit.reference:verify", "--max-memory", "-1"])
     assert bad.exit_code == ExitCode.USAGE_ERROR and "--max-memory" in bad.output
+
+
+def test_a_run_imports_neither_scipy_stats_nor_csgraph():
+    """scipy.stats (~0.4 s) and scipy.sparse.csgraph (~0.2 s) would be paid by every CLI call."""
+    import subprocess
+    import sys
+
+    code = ("import sys, specaudit; "
+            "specaudit.run('specaudit.reference:verify', ['markov-v4', 'corners', 'sampling-mixed'], samples=2000, seed=1); "
+            "print(sorted(m for m in ('scipy.stats', 'scipy.sparse.csgraph') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
