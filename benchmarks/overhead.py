@@ -1,7 +1,7 @@
 """Harness overhead: (total run time) / (time inside the verifier), reference on markov-v4.
 
 Both times come from the same runs, side by side, for the compiled simulator
-(:mod:`specaudit.kernels`, numba) and the numpy one, alternating; the best and median of several
+(:mod:`specaudit.kernels`, a C extension) and the numpy one, alternating; the best and median of several
 repeats are printed to damp the noise of a shared machine. Goal: <= 1.25. Suspect re-runs are
 off (a re-run's extra sequences would count in the total but not in the first result's
 verifier time); the "scenario" column is ScenarioResult.seconds (blocks simulated + checks) /
@@ -39,7 +39,7 @@ def main() -> None:
     compiled = kernels.load
     paths = {"compiled": compiled, "numpy": lambda: None}
     if compiled() is None:
-        print("numba is not installed (or SPECAUDIT_NO_JIT is set): numpy path only")
+        print("the C extension is not built (or SPECAUDIT_NO_KERNELS is set): numpy path only")
         paths.pop("compiled")
     rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in paths}
     for name, load in paths.items():

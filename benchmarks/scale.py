@@ -3,7 +3,7 @@
     python benchmarks/scale.py [--repeats 5] [--samples-v32k 20000] [--skip-v32k] [--skip-zoo]
 
 1. Harness overhead on markov-v4 (reference verifier), two definitions from the same runs, on the
-   compiled simulator when numba is installed (benchmarks/overhead.py compares it with numpy):
+   compiled simulator when the C extension is built (benchmarks/overhead.py compares it with numpy):
    - measurement: ScenarioResult.seconds / verifier_seconds, i.e. (simulating the blocks +
      running the checks) / (time inside the verifier calls). This is the harness per sequence.
    - whole run: wall time of ``specaudit.run`` (adds the power figures and import-time caches)
@@ -108,7 +108,7 @@ def main() -> None:
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
     meas, whole = overhead(args.repeats)
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    path = "compiled simulator (numba)" if kernels.load() is not None else "numpy simulator (no numba)"
+    path = "compiled simulator (C)" if kernels.load() is not None else "numpy simulator (C extension not built)"
     print(f"overhead, reference on markov-v4, {path} ({args.repeats} runs): measurement (scenario seconds / verifier seconds) "
           f"best {min(meas):.2f} median {med(meas):.2f}; whole run (wall / verifier) best {min(whole):.2f} "
           f"median {med(whole):.2f}  (goal <= 1.25)")

@@ -7,8 +7,8 @@ vectorised across rows; the only Python loop runs over the K draft positions.
 Speed (issue 7): a tabular chain is turned once into lookup tables (payload rows extended with
 the padding garbage, Walker alias tables for O(1) sampling, a flat next-state table), so one
 verify call costs a handful of small numpy operations plus one gather each for ``p`` and ``q``.
-With numba installed (extra ``fast``) the same work runs as two compiled loops
-(:mod:`specaudit.kernels`), with the same random draws and the same results.
+With the C extension built (:mod:`specaudit.kernels`) the same work runs as two compiled
+loops, with the same random draws and the same results.
 Lazy chains (no tables, e.g. :mod:`specaudit.lazychains`) are asked for rows on demand.
 """
 
@@ -450,7 +450,8 @@ def _booked(kern: Any, result: Any, drafts_ext: np.ndarray, nd: np.ndarray, voca
         and n_out.shape == nd.shape
     ):
         out, n_out = validate_output(result, drafts_ext[:, :-1], nd, vocab)
-    count, live = kern.end(out, n_out, drafts_ext, nd, vocab, *book)
+    # C-contiguous for the kernel (no copy when they are already)
+    count, live = kern.end(np.ascontiguousarray(out), np.ascontiguousarray(n_out), drafts_ext, nd, vocab, *book)
     if count < 0:
         validate_output(result, drafts_ext[:, :-1], nd, vocab)  # raises ContractError naming the clause
         raise AssertionError("the contract check passed an output the compiled check refuses")
