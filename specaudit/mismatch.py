@@ -201,17 +201,20 @@ def output_law(
                 if not a.any():
                     continue
                 if i < j:
-                    flow = a[:, :, None] * acc[None]  # [m, S, V]
-                    for x in range(v):
-                        new[:, x, :, i + 1, j] += flow[:, :, x] @ move[x]
-                    emit = a[:, :, None] * rej[None]
+                    new[:, :, :, i + 1, j] += _moved(a, acc, move)
+                    emit = rej
                 else:
-                    emit = a[:, :, None] * pb[None]
-                for x in range(v):
-                    ended[:, x] += emit[:, :, x] @ move[x]
+                    emit = pb
+                ended += _moved(a, emit, move)
         new[:, :, :, 0, :] += ended[..., None] * law
         alpha = new.reshape(m * v, n, k + 1, k + 1)
     return alpha.reshape(alpha.shape[0], -1).sum(axis=1)
+
+
+def _moved(a: np.ndarray, weight: np.ndarray, move: np.ndarray) -> np.ndarray:
+    """Return ``out[m, x, t] = sum_s a[m, s] weight[s, x] move[x, s, t]``: mass emitting x, by next state."""
+    flow = a[None, :, :] * weight.T[:, None, :]  # [V, m, S]
+    return np.matmul(flow, move).transpose(1, 0, 2)
 
 
 @dataclass(frozen=True)
