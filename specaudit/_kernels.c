@@ -40,6 +40,38 @@ static void drop(Arr *arrs, int n) {
         if (arrs[i].held) PyBuffer_Release(&arrs[i].view);
 }
 
+/* Check the argument count and acquire the arrays among the arguments: argument src[i] becomes a[i]. */
+static int take_all(PyObject *args, Py_ssize_t n_args, const char *func, Arr *a, int count, const int *src,
+                    const char *kind, const int *ndim, const char *const *names) {
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != n_args) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments", func, n_args);
+        return -1;
+    }
+    memset(a, 0, sizeof(Arr) * (size_t)count);
+    for (int i = 0; i < count; i++)
+        if (take(PyTuple_GET_ITEM(args, src[i]), &a[i], kind[i], ndim[i], names[i]) < 0) {
+            drop(a, count);
+            return -1;
+        }
+    return 0;
+}
+
+static int64_t int_arg(PyObject *args, Py_ssize_t i) { return PyLong_AsLongLong(PyTuple_GET_ITEM(args, i)); }
+
+/* Walker alias draw of a whole path from joint state s at uniform uu: returns the path and sets *f to
+ * the (state, path) row, or returns -1 when s is outside the tables (sp rows). */
+static inline int64_t draw_path(int64_t s, double uu, int64_t n_paths, Py_ssize_t sp, const double *thr,
+                                const int64_t *alias, int64_t *f) {
+    const double scaled = uu * (double)n_paths;
+    const int64_t j = (int64_t)scaled;
+    const int64_t row = s * n_paths + j;
+    if (s < 0 || row < 0 || row >= sp) return -1;
+    const int64_t keep = (scaled - (double)j) < thr[row]; /* branch-free: the outcome is a coin flip */
+    const int64_t path = keep * j + (1 - keep) * alias[row];
+    *f = s * n_paths + path;
+    return path;
+}
+
 #define I64(a) ((int64_t *)(a).view.buf)
 #define F64(a) ((double *)(a).view.buf)
 #define DIM(a, i) ((a).view.shape[i])
@@ -53,28 +85,20 @@ static PyObject *shape_error(const char *what) {
  *       p_table, q_table, dx, drafts, at, p, q) -> None */
 static PyObject *begin(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o[21];
-    if (!PyArg_UnpackTuple(args, "begin", 21, 21, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                           &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18], &o[19],
-                           &o[20]))
-        return NULL;
-    int64_t n_paths = PyLong_AsLongLong(o[2]);
-    int64_t garbage = PyLong_AsLongLong(o[13]);
-    if (PyErr_Occurred()) return NULL;
     enum { C, U, THR, ALIAS, PATHS, PSTATES, PB, QB, ND, GP, GQ, GX, PT, QT, DX, DRAFTS, AT, P, Q, N_ARR };
     static const int src[N_ARR] = {0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 18, 19, 20};
     static const char kind[N_ARR] = {'i', 'f', 'f', 'i', 'i', 'i', 'f', 'f', 'i', 'i', 'i', 'i', 'f', 'f', 'i', 'i', 'i', 'f', 'f'};
     static const int ndim[N_ARR] = {1, 2, 1, 1, 2, 2, 2, 2, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3};
-    static const char *names[N_ARR] = {"c", "u", "threshold", "alias", "paths", "path_states", "p_blocks",
-                                       "q_blocks", "nd", "gp", "gq", "gx", "p_table", "q_table", "dx", "drafts",
-                                       "at", "p", "q"};
+    static const char *const names[N_ARR] = {"c", "u", "threshold", "alias", "paths", "path_states", "p_blocks",
+                                             "q_blocks", "nd", "gp", "gq", "gx", "p_table", "q_table", "dx",
+                                             "drafts", "at", "p", "q"};
     Arr a[N_ARR];
-    memset(a, 0, sizeof a);
-    for (int i = 0; i < N_ARR; i++)
-        if (take(o[src[i]], &a[i], kind[i], ndim[i], names[i]) < 0) {
-            drop(a, N_ARR);
-            return NULL;
-        }
+    if (take_all(args, 21, "begin", a, N_ARR, src, kind, ndim, names) < 0) return NULL;
+    const int64_t n_paths = int_arg(args, 2), garbage = int_arg(args, 13);
+    if (PyErr_Occurred()) {
+        drop(a, N_ARR);
+        return NULL;
+    }
     const Py_ssize_t n = DIM(a[P], 0), k1 = DIM(a[P], 1), v = DIM(a[P], 2), k = k1 - 1;
     const Py_ssize_t m = DIM(a[PATHS], 1), blocks = DIM(a[U], 0), sp = DIM(a[PSTATES], 0); /* (state, path) rows */
     const int whole = a[PB].view.len > 0, padded = a[GP].view.len > 0;
@@ -111,14 +135,9 @@ static PyObject *begin(PyObject *self, PyObject *args) {
     if (whole) { /* m = K, nothing padded: copy whole rows */
         const Py_ssize_t wp = k1 * v, wq = k * v;
         for (r = 0; r < n; r++) {
-            const int64_t s = c[r];
-            const double scaled = u[r] * (double)n_paths;
-            const int64_t j = (int64_t)scaled;
-            int64_t f = s * n_paths + j;
-            if (s < 0 || f < 0 || f >= sp) { out_of_range = 1; break; }
-            const int64_t keep = (scaled - (double)j) < thr[f];
-            const int64_t path = keep * j + (1 - keep) * alias[f];
-            f = s * n_paths + path;
+            int64_t f;
+            const int64_t path = draw_path(c[r], u[r], n_paths, sp, thr, alias, &f);
+            if (path < 0) { out_of_range = 1; break; }
             for (i = 0; i < k; i++) {
                 const int64_t tok = paths[path * m + i];
                 dx[r * k1 + i] = tok;
@@ -134,13 +153,9 @@ static PyObject *begin(PyObject *self, PyObject *args) {
             Py_ssize_t i0 = 0;
             at[r * k1] = s;
             for (b = 0; b < blocks && i0 < k; b++) {
-                const double scaled = u[b * u_stride + r] * (double)n_paths;
-                const int64_t j = (int64_t)scaled;
-                int64_t f = s * n_paths + j;
-                if (s < 0 || f < 0 || f >= sp) { out_of_range = 1; break; }
-                const int64_t keep = (scaled - (double)j) < thr[f];
-                const int64_t path = keep * j + (1 - keep) * alias[f];
-                f = s * n_paths + path;
+                int64_t f;
+                const int64_t path = draw_path(s, u[b * u_stride + r], n_paths, sp, thr, alias, &f);
+                if (path < 0) { out_of_range = 1; break; }
                 const Py_ssize_t width = m < k - i0 ? m : k - i0;
                 for (i = 0; i < width; i++) {
                     dx[r * k1 + i0 + i] = paths[path * m + i];
@@ -178,28 +193,21 @@ static PyObject *begin(PyObject *self, PyObject *args) {
  *     accept_all, accept_first, moments, cells, weights, done, finished, start, budget) -> (count, live) */
 static PyObject *end(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o[22];
-    if (!PyArg_UnpackTuple(args, "end", 22, 22, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                           &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18], &o[19],
-                           &o[20], &o[21]))
-        return NULL;
-    const int64_t vocab = PyLong_AsLongLong(o[4]), length = PyLong_AsLongLong(o[12]);
-    const int64_t start = PyLong_AsLongLong(o[20]), budget = PyLong_AsLongLong(o[21]);
-    if (PyErr_Occurred()) return NULL;
     enum { OUT, NOUT, DEXT, ND, AT, NXT, ST, POS, RND, TOK, BUF, AALL, AFIRST, MOM, CELLS, W, DONE, FIN, N_ARR };
     static const int src[N_ARR] = {0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19};
     static const char kind[N_ARR] = {'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'f', 'i', 'i', 'i', 'i'};
     static const int ndim[N_ARR] = {2, 1, 2, 1, 2, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 2};
-    static const char *names[N_ARR] = {"out", "n_out", "drafts_ext", "nd", "at", "nxt", "states", "pos", "rounds",
-                                       "tokens", "buf", "accept_all", "accept_first", "moments", "cells",
-                                       "weights", "done", "finished"};
+    static const char *const names[N_ARR] = {"out", "n_out", "drafts_ext", "nd", "at", "nxt", "states", "pos",
+                                             "rounds", "tokens", "buf", "accept_all", "accept_first", "moments",
+                                             "cells", "weights", "done", "finished"};
     Arr a[N_ARR];
-    memset(a, 0, sizeof a);
-    for (int i = 0; i < N_ARR; i++)
-        if (take(o[src[i]], &a[i], kind[i], ndim[i], names[i]) < 0) {
-            drop(a, N_ARR);
-            return NULL;
-        }
+    if (take_all(args, 22, "end", a, N_ARR, src, kind, ndim, names) < 0) return NULL;
+    const int64_t vocab = int_arg(args, 4), length = int_arg(args, 12), start = int_arg(args, 20);
+    const int64_t budget = int_arg(args, 21);
+    if (PyErr_Occurred()) {
+        drop(a, N_ARR);
+        return NULL;
+    }
     const Py_ssize_t n = DIM(a[OUT], 0), k1 = DIM(a[OUT], 1), width = DIM(a[BUF], 1);
     const Py_ssize_t n_cells = DIM(a[CELLS], 0), n_next = DIM(a[NXT], 0);
     if (DIM(a[NOUT], 0) != n || DIM(a[DEXT], 0) < n || DIM(a[DEXT], 1) != k1 || DIM(a[ND], 0) < n ||
