@@ -94,3 +94,21 @@ def test_holm_matches_hand_computation():
     # sorted: .0001*4, .01*3, .03*2, .04*1 -> running max
     np.testing.assert_allclose(adj[[4, 0, 3, 1]], [0.0004, 0.03, 0.06, 0.06])
     assert np.isnan(adj[2])
+
+
+def test_distribution_helpers_equal_scipy_stats():
+    st = stats
+    for x, df in [(0.5, 1), (37.2, 30), (300.0, 63), (1e-3, 5)]:
+        assert st.chi2_sf(x, df) == pytest.approx(sps.chi2.sf(x, df), rel=1e-12, abs=1e-300)
+    for q, df in [(1e-3, 1), (1e-5, 62), (0.5, 10)]:
+        assert st.chi2_isf(q, df) == pytest.approx(sps.chi2.isf(q, df), rel=1e-12)
+    for x, df, nc in [(100.0, 60, 5.0), (30.0, 10, 200.0), (12.0, 3, 0.5)]:
+        assert st.ncx2_sf(x, df, nc) == pytest.approx(sps.ncx2.sf(x, df, nc), rel=1e-9, abs=1e-15)
+    for z in (-3.0, 0.0, 1.5, 8.0):
+        assert st.normal_sf(z) == pytest.approx(sps.norm.sf(z), rel=1e-12, abs=1e-300)
+    for q in (1e-9, 0.025, 0.5):
+        assert st.normal_isf(q) == pytest.approx(sps.norm.isf(q), rel=1e-12, abs=1e-15)
+    obs, exp = np.array([12.0, 30.0, 58.0]), np.array([20.0, 30.0, 50.0])
+    for method, lam in (("pearson", "pearson"), ("g", "log-likelihood")):
+        ref = sps.power_divergence(obs, exp, lambda_=lam)
+        assert st.divergence(obs, exp, method) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-12)
