@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from specaudit.contract import assemble
+from specaudit.contract import assemble, chain_inputs
 from specaudit.sampling import final_token
 
 
@@ -37,6 +37,7 @@ def _ratio(p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray:
         return np.where(q_x > 0, p_x / np.where(q_x > 0, q_x, 1.0), np.where(p_x > 0, np.inf, 0.0))
 
 
+@chain_inputs
 def _block(
     draft: np.ndarray,
     q: np.ndarray,
@@ -48,11 +49,7 @@ def _block(
     scale: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run block verification with the reference's defaults; every other switch value is a bug."""
-    draft = np.asarray(draft)
-    num_draft = np.asarray(num_draft, dtype=np.int64)
     batch, k = draft.shape
-    if batch == 0:
-        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     rows = np.arange(batch)
     eta = rng.random((batch, k))
     weight = np.ones(batch)  # P_i

@@ -13,6 +13,8 @@ Each clause has a stable id, used in messages, reports and JUnit names.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -45,6 +47,25 @@ class Verifier(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+def chain_inputs(verify: Callable[..., tuple[np.ndarray, np.ndarray]]) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    """Decorate a chain verifier: ``draft`` and ``num_draft`` (int64) arrive as arrays, an empty batch is answered.
+
+    The bundled verifiers (reference, greedy, block, the mutant zoo) share this prologue; an
+    empty batch returns ``(out[0, K+1], n_out[0])`` without calling ``verify`` or drawing from
+    ``rng``. Keyword switches (the mutants') pass through.
+    """
+
+    @functools.wraps(verify)
+    def wrapped(draft: Any, q: Any, p: Any, num_draft: Any, rng: Any, **switches: Any) -> tuple[np.ndarray, np.ndarray]:
+        draft = np.asarray(draft)
+        num_draft = np.asarray(num_draft, dtype=np.int64)
+        if draft.shape[0] == 0:
+            return np.full((0, draft.shape[1] + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return verify(draft, q, p, num_draft, rng, **switches)
+
+    return wrapped
+
+
 def assemble(
     draft: np.ndarray, n_acc: np.ndarray, token: np.ndarray, emit: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -56,6 +77,15 @@ def assemble(
     out[:, :k] = np.where(np.arange(k)[None, :] < n_acc[:, None], draft, -1)
     out[rows[emit], n_acc[emit]] = token[emit]
     return out, n_acc + emit
+
+
+def as_int64(clause: str, rule: str, **arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Return ``arrays`` as int64; raise ContractError ``clause`` (``rule``: its text) naming the first holding no integers."""
+    for name, arr in arrays.items():
+        if not np.issubdtype(arr.dtype, np.integer):
+            bad = "" if arr.dtype.kind != "f" or np.all(np.isfinite(arr)) else " (holding NaN/inf)"
+            raise ContractError(clause, f"{rule}: {name} has dtype {arr.dtype}{bad}")
+    return tuple(arr.astype(np.int64, copy=False) for arr in arrays.values())
 
 
 def _first_bad_row(mask: np.ndarray) -> int:
@@ -77,12 +107,7 @@ def validate_output(
         raise ContractError(
             "shape", f"{CLAUSES['shape']}: expected ({batch}, {k + 1}) and ({batch},), got {out.shape} and {n_out.shape}"
         )
-    for name, arr in (("out", out), ("n_out", n_out)):
-        if not np.issubdtype(arr.dtype, np.integer):
-            bad = "" if arr.dtype.kind != "f" or np.all(np.isfinite(arr)) else " (holding NaN/inf)"
-            raise ContractError("dtype", f"{CLAUSES['dtype']}: {name} has dtype {arr.dtype}{bad}")
-    out = out.astype(np.int64, copy=False)
-    n_out = n_out.astype(np.int64, copy=False)
+    out, n_out = as_int64("dtype", CLAUSES["dtype"], out=out, n_out=n_out)
     bad = (n_out < 1) | (n_out > num_draft + 1)
     if bad.any():
         b = int(np.flatnonzero(bad)[0])

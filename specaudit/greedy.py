@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specaudit.contract import assemble
+from specaudit.contract import assemble, chain_inputs
 from specaudit.results import Category, CheckResult, Status
 
 #: How many mismatching sequences a failed check keeps for the report.
@@ -87,6 +87,7 @@ def greedy_equality(m) -> CheckResult | None:  # noqa: ANN001 - checks.Measured
     return CheckResult("greedy-equality", Category.DISTRIBUTION, Status.FAILED, summary, data=data)
 
 
+@chain_inputs
 def verify(
     draft: np.ndarray,
     q: np.ndarray,
@@ -100,11 +101,7 @@ def verify(
     or the bonus at ``p[b, num_draft[b]]``, is that argmax. ``q`` and ``rng`` are not used; padding
     past ``num_draft`` is never read.
     """
-    draft = np.asarray(draft)
-    num_draft = np.asarray(num_draft, dtype=np.int64)
     batch, k = draft.shape
-    if batch == 0:
-        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     top = np.argmax(p, axis=2)  # [B, K+1]; padding columns are computed but never used
     valid = np.arange(k)[None, :] < num_draft[:, None]
     n_acc = np.cumprod(valid & (draft == top[:, :k]), axis=1).sum(axis=1)

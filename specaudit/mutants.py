@@ -48,7 +48,7 @@ from typing import Literal
 
 import numpy as np
 
-from specaudit.contract import assemble
+from specaudit.contract import assemble, chain_inputs
 from specaudit.errors import closest
 from specaudit.sampling import sample_rows
 
@@ -130,6 +130,7 @@ def _sample_unclamped(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     return (cum <= (u32 * cum[..., -1])[..., None]).sum(axis=-1)  # missing: np.minimum(idx, V-1)
 
 
+@chain_inputs
 def _chain(
     draft: np.ndarray,
     q: np.ndarray,
@@ -146,11 +147,7 @@ def _chain(
     sampler: Callable[[np.ndarray, np.ndarray], np.ndarray] = sample_rows,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run chain verification with the reference's defaults; every other switch value is a bug."""
-    draft = np.asarray(draft)
-    num_draft = np.asarray(num_draft, dtype=np.int64)
     batch, k = draft.shape
-    if batch == 0:
-        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     rows = np.arange(batch)
     valid = np.arange(k)[None, :] < num_draft[:, None]
     safe = np.where(valid, draft, 0)  # padding ids may be garbage: never index with them
@@ -296,13 +293,10 @@ def no_bonus(draft, q, p, num_draft, rng):
 
 
 @_register("lossless-control", "notes/theory.md (sample-and-match is lossless, not to flag)")
+@chain_inputs
 def sample_and_match(draft, q, p, num_draft, rng):
     """Accept a draft iff it equals an independent sample from p; emit that sample on mismatch."""
-    draft = np.asarray(draft)
-    num_draft = np.asarray(num_draft, dtype=np.int64)
     batch, k = draft.shape
-    if batch == 0:
-        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     rows = np.arange(batch)
     valid = np.arange(k)[None, :] < num_draft[:, None]
     # One sample y_i ~ p_i per valid position; padding rows replaced, never read.

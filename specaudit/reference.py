@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from specaudit.contract import assemble
+from specaudit.contract import assemble, chain_inputs
 from specaudit.sampling import final_token
 
 
+@chain_inputs
 def verify(
     draft: np.ndarray,
     q: np.ndarray,
@@ -26,11 +27,7 @@ def verify(
     accepted, a bonus token is drawn from ``p[b, num_draft[b]]``. ``out`` is padded with -1 and
     ``n_out = accepted + 1``. Everything past ``num_draft[b]`` is padding and is never read.
     """
-    draft = np.asarray(draft)
-    num_draft = np.asarray(num_draft, dtype=np.int64)
     batch, k = draft.shape
-    if batch == 0:
-        return np.full((0, k + 1), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     rows = np.arange(batch)
     valid = np.arange(k)[None, :] < num_draft[:, None]
     safe = np.where(valid, draft, 0)  # padding ids may be garbage: never index with them

@@ -205,13 +205,10 @@ class _Joint:
         self.p_table = np.concatenate([t["p_payload"], target.payload_of(pool)])
         self.q_table = np.concatenate([t["q_payload"], draft.payload_of(pool)])
         self.garbage = n_states
-        self.p_blocks = self.q_blocks = None
-        if self.m == k and t["path_states"].shape[0] * (2 * k + 1) * self.vocab <= BLOCK_ENTRIES:
-            # whole-block payloads: p and q of every (state, path) in one row each
-            self.p_blocks = self.p_table[t["path_states"]]
-            self.q_blocks = self.q_table[t["path_states"][:, :k]]
+        # whole-path payloads (built once per chain pair): p and q of every (state, path) in one row each
+        self.p_blocks, self.q_blocks = t["p_blocks"], t["q_blocks"]
         n_rows = t["path_states"].shape[0]
-        self.flat_blocks = (  # the same, one row per (state, path), for specaudit.kernels
+        self.flat_blocks = (  # the same as [S*P, row] matrices, for specaudit.kernels
             (self.p_blocks.reshape(n_rows, -1), self.q_blocks.reshape(n_rows, -1))
             if self.p_blocks is not None else (np.empty((0, 0)), np.empty((0, 0)))
         )
@@ -370,6 +367,9 @@ def _joint_tables(target: Any, draft: Any, k: int) -> dict[str, Any]:
         law *= q[cur, x]
         states[:, :, i + 1] = nxt[cur * vocab + x]
     threshold, alias = alias_tables(law)
+    path_states = states.reshape(n_states * n_paths, m + 1)
+    p_payload, q_payload = np.asarray(target.payload(pairs[:, 0])), np.asarray(draft.payload(pairs[:, 1]))
+    whole = m == k and path_states.shape[0] * (2 * k + 1) * vocab <= BLOCK_ENTRIES  # garbage rows are never on a path
     return {
         "m": m,
         "vocab": vocab,
@@ -377,12 +377,14 @@ def _joint_tables(target: Any, draft: Any, k: int) -> dict[str, Any]:
         "n_paths": n_paths,
         "threshold": threshold,
         "alias": alias,
-        "path_states": states.reshape(n_states * n_paths, m + 1),
+        "path_states": path_states,
         "nxt": nxt,
         "start": code[(int(target.start), int(draft.start))],
         "n_states": n_states,
-        "p_payload": np.asarray(target.payload(pairs[:, 0])),
-        "q_payload": np.asarray(draft.payload(pairs[:, 1])),
+        "p_payload": p_payload,
+        "q_payload": q_payload,
+        "p_blocks": p_payload[path_states] if whole else None,
+        "q_blocks": q_payload[path_states[:, :k]] if whole else None,
     }
 
 

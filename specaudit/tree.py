@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from specaudit.contract import as_int64
 from specaudit.errors import ContractError, UsageError
 
 #: Clause id -> what a tree verifier must do.
@@ -150,12 +151,7 @@ def validate_tree_output(
         raise ContractError(
             "tree-shape", f"{CLAUSES['tree-shape']}: expected ({batch}, W) and ({batch},), got {path.shape} and {final.shape}"
         )
-    for name, arr in (("path", path), ("final", final)):
-        if not np.issubdtype(arr.dtype, np.integer):
-            bad = "" if arr.dtype.kind != "f" or np.all(np.isfinite(arr)) else " (holding NaN/inf)"
-            raise ContractError("tree-dtype", f"{CLAUSES['tree-dtype']}: {name} has dtype {arr.dtype}{bad}")
-    path = path.astype(np.int64, copy=False)
-    final = final.astype(np.int64, copy=False)
+    path, final = as_int64("tree-dtype", CLAUSES["tree-dtype"], path=path, final=final)
     on = path != -1
     accepted = np.cumprod(on, axis=1).sum(axis=1) if path.shape[1] else np.zeros(batch, dtype=np.int64)
     bad = on & (np.arange(path.shape[1])[None, :] >= accepted[:, None])
