@@ -1,4 +1,4 @@
-"""The simulator's C extension (specaudit.kernels); everything else is in pyproject.toml.
+"""The simulator's C extension (specaudit.simulate.kernels); everything else is in pyproject.toml.
 
 Optional: an install without a C compiler goes on, and the numpy simulator runs (same results,
 slower).
@@ -6,4 +6,4 @@ slower).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("specaudit._kernels", ["specaudit/_kernels.c"], optional=True, extra_compile_args=["-O3"])])
+setup(ext_modules=[Extension("specaudit.simulate._kernels", ["specaudit/simulate/_kernels.c"], optional=True, extra_compile_args=["-O3"])])

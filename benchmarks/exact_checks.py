@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 
 import specaudit
-from specaudit.scenarios import default_suite
+from specaudit.scenarios.schema import default_suite
 
 HERE = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--target", default="specaudit.reference:verify")
+    parser.add_argument("--target", default="specaudit.verifiers.reference:verify")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 

@@ -13,9 +13,10 @@ import argparse
 import time
 
 import specaudit
-from specaudit import mismatch, reference
-from specaudit.runner import measure
-from specaudit.scenarios import resolve
+from specaudit.checks import processing as mismatch
+from specaudit.verifiers import reference
+from specaudit.engine.run import measure
+from specaudit.scenarios.schema import resolve
 
 
 def best(fn, repeats):  # noqa: ANN001, ANN201

@@ -1,7 +1,7 @@
 """Harness overhead: (total run time) / (time inside the verifier), reference on markov-v4.
 
 Both times come from the same runs, side by side, for the compiled simulator
-(:mod:`specaudit.kernels`, a C extension) and the numpy one, alternating; the best and median of several
+(:mod:`specaudit.simulate.kernels`, a C extension) and the numpy one, alternating; the best and median of several
 repeats are printed to damp the noise of a shared machine. Goal: <= 1.25. Suspect re-runs are
 off (a re-run's extra sequences would count in the total but not in the first result's
 verifier time); the "scenario" column is ScenarioResult.seconds (blocks simulated + checks) /
@@ -17,7 +17,7 @@ import statistics
 import time
 
 import specaudit
-from specaudit import kernels
+from specaudit.simulate import kernels
 
 
 def run_once(target: str, scenario: str, seed: int) -> tuple[float, float, float, int, int]:
@@ -33,7 +33,7 @@ def run_once(target: str, scenario: str, seed: int) -> tuple[float, float, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scenario", default="markov-v4")
-    parser.add_argument("--target", default="specaudit.reference:verify")
+    parser.add_argument("--target", default="specaudit.verifiers.reference:verify")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     compiled = kernels.load

@@ -15,9 +15,13 @@ import time
 
 from scipy import stats as sps
 
-from specaudit import checks, power, runner
-from specaudit.mutants import MUTANTS
-from specaudit.scenarios import resolve
+from specaudit.checks import statistical as checks
+
+from specaudit.analysis import power
+
+from specaudit.engine import run as runner
+from specaudit.verifiers.zoo.chain import MUTANTS
+from specaudit.scenarios.schema import resolve
 
 PAIRS = [("seed-context-free", "resample_from_p"), ("markov-v4", "shared_uniform")]
 
@@ -65,7 +69,7 @@ def main() -> None:
 
 
 def _probs(spec):
-    from specaudit import exact
+    from specaudit.laws import chain as exact
 
     return exact.joint_probabilities(spec.chains()[0], spec.length)
 

@@ -6,7 +6,7 @@ each from interleaved repeats (best of N, to damp a shared machine's noise):
 
 1. a pytest session on one trivial test, plugin loaded vs not (other plugins off)   (goal <= 1.05)
 2. ``import pytest, specaudit.pytest_plugin`` vs ``import pytest``
-3. for scale, what an eager plugin would cost: ``import pytest, specaudit.runner`` vs ``import pytest``
+3. for scale, what an eager plugin would cost: ``import pytest, specaudit.engine.run`` vs ``import pytest``
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main() -> None:
             "session, no plugin": session,
             "import pytest": [py, "-c", "import pytest"],
             "import pytest + plugin": [py, "-c", "import pytest, specaudit.pytest_plugin"],
-            "import pytest + engine": [py, "-c", "import pytest, specaudit.runner"],
+            "import pytest + engine": [py, "-c", "import pytest, specaudit.engine.run"],
         }
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(args.repeats):  # interleaved: every case sees the same machine load

@@ -28,11 +28,11 @@ import sys
 import time
 
 import specaudit
-from specaudit import kernels
-from specaudit.mutants import MUTANTS
-from specaudit.scenarios import resolve
+from specaudit.simulate import kernels
+from specaudit.verifiers.zoo.chain import MUTANTS
+from specaudit.scenarios.schema import resolve
 
-REF = "specaudit.reference:verify"
+REF = "specaudit.verifiers.reference:verify"
 
 
 def overhead(repeats: int) -> tuple[list[float], list[float]]:
@@ -57,7 +57,7 @@ def zoo() -> list[tuple[str, int | None, str]]:
             continue
         best: tuple[int | None, str] = (None, "-")
         for sc in scenarios:
-            r = specaudit.run(f"specaudit.mutants:{name}", [sc], seed=0, early_stop=True, diagnose=False, power=False,
+            r = specaudit.run(f"specaudit.verifiers.zoo.chain:{name}", [sc], seed=0, early_stop=True, diagnose=False, power=False,
                               suspect_level=0.0)
             s = r.scenarios[0]
             if s.error is None and any(c.status.value == "failed" for c in s.checks):
@@ -123,7 +123,7 @@ def main() -> None:
     print(f"default suite (load {load:.2f}): --jobs 1 {one:.2f} s, --jobs 2 {two:.2f} s, speed-up {one / two:.2f}x, "
           f"identical results: {same}  (goal >= 1.8x)")
     if not args.skip_v32k:
-        for target, n, extra in ((REF, args.samples_v32k, ()), ("specaudit.mutants:resample_from_p", 5000, ())):
+        for target, n, extra in ((REF, args.samples_v32k, ()), ("specaudit.verifiers.zoo.chain:resample_from_p", 5000, ())):
             code, rss, seconds, summary = v32k(target, n, *extra)
             print(f"zipf-v32k {target} N={n:,}: exit {code}, {seconds:.0f} s, peak RSS {rss:.2f} GiB (goal <= 2); {summary}")
 

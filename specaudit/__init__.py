@@ -8,9 +8,9 @@ from specaudit.results import CheckResult, RunResult, ScenarioResult, Status  # 
 # The engine (numpy, scipy, pydantic) loads on first use (PEP 562): `import specaudit` and the
 # pytest plugin, which pytest imports in every session, stay cheap (benchmarks/plugin_import.py).
 _LAZY = {
-    "run": "specaudit.runner",
-    "Scenario": "specaudit.scenarios",
-    "load_scenario": "specaudit.scenarios",
+    "run": "specaudit.engine.run",
+    "Scenario": "specaudit.scenarios.schema",
+    "load_scenario": "specaudit.scenarios.schema",
     "assert_lossless": "specaudit.pytest_plugin",
 }
 

@@ -155,7 +155,7 @@ def run(
     verbose: int,
 ) -> None:
     """Audit the verifier TARGET (pkg.mod:attr, path/file.py:attr, or an alias)."""
-    from specaudit import runner
+    from specaudit.engine import run as runner
     from specaudit.reports import json as json_report
     from specaudit.reports.progress import ProgressReporter
 
@@ -212,7 +212,7 @@ def merge(shards: tuple[str, ...], json_path: str | None, html_path: str | None,
 
     Counts, p-values and verdicts equal those of the unsharded run; exits like `run`.
     """
-    from specaudit.merge import merge_documents
+    from specaudit.engine.merge import merge_documents
     from specaudit.reports import json as json_report
 
     result = merge_documents([json_report.read_document(p) for p in shards], list(shards))
@@ -243,7 +243,7 @@ def _baseline_gate(baseline_path: str | None, fail_on: tuple[str, ...]) -> tuple
         raise UsageError("--fail-on needs --baseline OLD.json to compare with")
     if not baseline_path:
         return None
-    from specaudit import baseline
+    from specaudit.analysis import baseline
     from specaudit.reports import json as json_report
 
     return baseline_path, json_report.read_document(baseline_path), [baseline.parse_rule(r) for r in fail_on]
@@ -278,7 +278,7 @@ def _compare(gate: tuple[str, dict, list] | None, doc: dict) -> Any:
     """Return the ``baseline.Comparison`` of a results document with the --baseline run, or None."""
     if gate is None:
         return None
-    from specaudit import baseline
+    from specaudit.analysis import baseline
 
     path, old, rules = gate
     return baseline.compare(old, doc, rules, path)
@@ -355,7 +355,7 @@ def report(
 def validate(paths: tuple[str, ...]) -> None:
     """Validate scenario files; print every problem as file:line: key: message."""
     from specaudit.errors import ScenarioError
-    from specaudit.scenarios import load_scenario
+    from specaudit.scenarios.schema import load_scenario
 
     bad = 0
     for path in paths:
@@ -374,7 +374,7 @@ def list_scenarios() -> None:
     """List the shipped scenarios."""
     from rich.table import Table
 
-    from specaudit.scenarios import shipped
+    from specaudit.scenarios.schema import shipped
 
     table = Table("name", "tags", "V", "K", "drafts", "L", "samples", "description")
     for s in shipped():
@@ -390,7 +390,7 @@ def list_adapters() -> None:
     from rich.table import Table
 
     from specaudit import adapters
-    from specaudit.loading import ALIASES
+    from specaudit.contract.targets import ALIASES
 
     table = Table("adapter", "source", "installed", "options (default)", "what it drives")
     for a in adapters.available():
@@ -409,7 +409,7 @@ def list_adapters() -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
 def schema(output: str | None) -> None:
     """Print the JSON Schema of scenario files (for editors)."""
-    from specaudit.scenarios import json_schema
+    from specaudit.scenarios.schema import json_schema
 
     text = json.dumps(json_schema(), indent=2)
     if output:
@@ -422,7 +422,7 @@ def schema(output: str | None) -> None:
 
 def _scenarios_or_exit(names: tuple[str, ...]) -> list:
     """Return the loaded scenarios of ``-s`` (default suite for none); exit 5 when nothing matches."""
-    from specaudit import runner
+    from specaudit.engine import run as runner
 
     loaded = runner.resolve_scenarios(list(names) or None)
     if not loaded:
@@ -445,7 +445,7 @@ def _scenarios_or_exit(names: tuple[str, ...]) -> list:
 def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None, mutant: str | None,
          power_: float, alpha: float, tests: int) -> None:
     """Samples needed for a TV or a mutant, or the TV detectable at N, on the joint-law check."""
-    from specaudit import power
+    from specaudit.analysis import power
     from specaudit.reports.sensitivity import render_plan
 
     plans = [power.plan(item.spec, alpha=alpha, power=power_, tests=tests, samples=samples, tv=tv, mutant=mutant)
@@ -466,7 +466,7 @@ def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None,
 def selftest(scenario_names: tuple[str, ...], seeds: int, samples: int, alpha: float, no_mutants: bool,
              quiet: int, verbose: int) -> None:
     """Test the tester: p-value uniformity and false alarms under the null; the zoo must be caught."""
-    from specaudit import selftest as st
+    from specaudit.engine import selftest as st
     from specaudit.reports.sensitivity import render_selftest
 
     loaded = _scenarios_or_exit(scenario_names)

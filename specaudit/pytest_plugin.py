@@ -117,7 +117,7 @@ def assert_lossless(
     """
     __tracebackhide__ = True
     from specaudit.errors import ExitCode, UsageError
-    from specaudit.runner import run
+    from specaudit.engine.run import run
 
     result = run(target, scenarios, seed=seed, alpha=alpha, samples=samples, method=method, gate_efficiency=efficiency)
     code = result.exit_code()
@@ -146,7 +146,7 @@ class SpecauditFixture:
 
     def run(self, target: str | Callable[..., Any], scenarios: Any = None, **overrides: Any) -> RunResult:
         """Run an audit without asserting (``specaudit.run``) with this test's defaults."""
-        from specaudit.runner import run
+        from specaudit.engine.run import run
 
         kwargs = {**self.defaults, **overrides}
         kwargs.pop("efficiency", None)

@@ -13,13 +13,13 @@ SAMPLES = 20_000
 @functools.lru_cache(maxsize=None)
 def failing():
     """resample_from_p on two scenarios: joint-law fails on both, with a diagnosis."""
-    return specaudit.run("specaudit.mutants:resample_from_p", ["markov-v4", "seed-context-free"], samples=SAMPLES, seed=1)
+    return specaudit.run("specaudit.verifiers.zoo.chain:resample_from_p", ["markov-v4", "seed-context-free"], samples=SAMPLES, seed=1)
 
 
 @functools.lru_cache(maxsize=None)
 def passing():
     """The reference verifier on the same scenarios."""
-    return specaudit.run("specaudit.reference:verify", ["markov-v4", "seed-context-free"], samples=SAMPLES, seed=1)
+    return specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4", "seed-context-free"], samples=SAMPLES, seed=1)
 
 
 def document(result, **extra):

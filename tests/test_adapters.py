@@ -21,7 +21,7 @@ from specaudit.adapters import randomness  # noqa: E402
 from specaudit.adapters import vllm as vllm_adapter  # noqa: E402
 from specaudit.errors import ExitCode, UsageError  # noqa: E402
 from specaudit.results import Status  # noqa: E402
-from specaudit.scenarios import load_scenario, parse_scenario  # noqa: E402
+from specaudit.scenarios.schema import load_scenario, parse_scenario  # noqa: E402
 
 SCEN = ["markov-v4", "ragged-v4", "peaked-v8"]
 
@@ -61,7 +61,7 @@ def test_unknown_adapter_suggests_closest():
 
 def test_options_without_adapter_is_a_usage_error():
     with pytest.raises(UsageError, match="without an adapter; add --adapter NAME"):
-        _run("specaudit.reference:verify", ["markov-v4"], samples=10, adapter_options={"dtype": "float32"})
+        _run("specaudit.verifiers.reference:verify", ["markov-v4"], samples=10, adapter_options={"dtype": "float32"})
 
 
 def test_user_adapter_by_import_path_and_entry_point(monkeypatch, verifiers_dir):
@@ -78,7 +78,7 @@ def test_user_adapter_by_import_path_and_entry_point(monkeypatch, verifiers_dir)
 
     mod = types.ModuleType("my_layout")
     mod.build = build
-    mod.reversed_reference = lambda rng, nd, p, q, d: specaudit.reference.verify(d, q, p, nd, rng)
+    mod.reversed_reference = lambda rng, nd, p, q, d: specaudit.verifiers.reference.verify(d, q, p, nd, rng)
     monkeypatch.setitem(sys.modules, "my_layout", mod)
     result = _run("my_layout:reversed_reference", ["markov-v4"], samples=3000, adapter="my_layout:build",
                   adapter_options={"flag": "x"})
@@ -106,9 +106,9 @@ def test_scenario_adapter_field_and_command_line_precedence():
     loaded = parse_scenario(text)
     assert loaded.spec.adapter.name == "torch"
     assert loaded.spec.content_hash() == parse_scenario(text.rsplit("adapter", 1)[0]).spec.content_hash()
-    binding = adapters.bind("x", specaudit.reference.verify, [loaded.spec])
+    binding = adapters.bind("x", specaudit.verifiers.reference.verify, [loaded.spec])
     assert binding.choices[0].label() == "torch(dtype=float32)"
-    cli = adapters.bind("x", specaudit.reference.verify, [loaded.spec], "torch", {"device": "cpu"})
+    cli = adapters.bind("x", specaudit.verifiers.reference.verify, [loaded.spec], "torch", {"device": "cpu"})
     assert cli.choices[0].options == {"dtype": "float32", "device": "cpu"}  # merged, command line last
     result = specaudit.run("specaudit.adapters.torch_reference:verify", [loaded], seed=1)
     assert result.exit_code() == ExitCode.OK
@@ -116,7 +116,7 @@ def test_scenario_adapter_field_and_command_line_precedence():
 
 
 def test_missing_extra_is_named(monkeypatch):
-    from specaudit.loading import load_target
+    from specaudit.contract.targets import load_target
     from specaudit.errors import TargetLoadError
 
     for name in ("transformers", "transformers.generation", "transformers.generation.utils"):
@@ -280,5 +280,5 @@ def test_cli_adapter_options_and_listing(verifiers_dir):
     ok = runner.invoke(main, ["run", "specaudit.adapters.torch_reference:verify", "-s", str(verifiers_dir.parent.parent / "scenarios/markov-v4.yaml"),
                               "--adapter", "torch", "--dtype", "float32", "--device", "cpu", "--samples", "3000", "--seed", "1"])
     assert ok.exit_code == 0, ok.output
-    bad = runner.invoke(main, ["run", "specaudit.reference:verify", "--adapter-arg", "dtype=float32", "--samples", "10"])
+    bad = runner.invoke(main, ["run", "specaudit.verifiers.reference:verify", "--adapter-arg", "dtype=float32", "--samples", "10"])
     assert bad.exit_code == int(ExitCode.USAGE_ERROR) and "without an adapter" in bad.output

@@ -18,7 +18,7 @@ import specaudit  # noqa: E402
 from specaudit import adapters  # noqa: E402
 from specaudit.errors import ExitCode  # noqa: E402
 from specaudit.results import Status  # noqa: E402
-from specaudit.scenarios import load_scenario  # noqa: E402
+from specaudit.scenarios.schema import load_scenario  # noqa: E402
 
 ROOT = Path(__file__).parent.parent / "scenarios"
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from report_runs import SAMPLES, document, passing
 
-from specaudit import baseline
+from specaudit.analysis import baseline
 from specaudit.cli import main
 from specaudit.errors import ExitCode, UsageError
 
@@ -68,7 +68,7 @@ def test_cli_gate(tmp_path):
     old = tmp_path / "old.json"
     good = _scale_tps(document(passing()), 1.5)  # a baseline that emitted far more tokens per step
     old.write_text(json.dumps(good))
-    args = ("run", "specaudit.reference:verify", "-s", "markov-v4", "-s", "seed-context-free", "--samples", str(SAMPLES), "--seed", "1")
+    args = ("run", "specaudit.verifiers.reference:verify", "-s", "markov-v4", "-s", "seed-context-free", "--samples", str(SAMPLES), "--seed", "1")
     res = invoke(*args, "--baseline", str(old), "--fail-on", "tokens-per-step:2%")
     assert res.exit_code == ExitCode.CHECKS_FAILED and "regression: markov-v4: tokens per step" in res.output
     assert invoke(*args, "--baseline", str(old)).exit_code == ExitCode.OK  # no rule, no gate

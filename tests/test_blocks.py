@@ -8,10 +8,11 @@ from click.testing import CliRunner
 from scipy import stats as sps
 
 import specaudit
-from specaudit import blocks, sequential
+from specaudit.engine import bench as blocks
+from specaudit.stats import sequential
 from specaudit.cli import main
 from specaudit.errors import ExitCode, UsageError
-from specaudit.lazychains import ZipfChain
+from specaudit.chains.lazy import ZipfChain
 from specaudit.results import Status
 from scenario_texts import ZIPF_V64 as ZIPF
 
@@ -42,24 +43,24 @@ def test_jobs_two_equals_jobs_one_across_blocks(tmp_path):
     zipf = tmp_path / "zipf.yaml"
     zipf.write_text(ZIPF)
     kw = dict(seed=seed, samples=2 * blocks.BLOCK + 500, diagnose=False, power=False, suspect_level=0.0)
-    one = specaudit.run("specaudit.reference:verify", MIXED, jobs=1, **kw)
-    two = specaudit.run("specaudit.reference:verify", MIXED, jobs=2, **kw)
+    one = specaudit.run("specaudit.verifiers.reference:verify", MIXED, jobs=1, **kw)
+    two = specaudit.run("specaudit.verifiers.reference:verify", MIXED, jobs=2, **kw)
     assert _key(one) == _key(two) and len(_key(one)) >= 9
     assert all(s.samples == 2 * blocks.BLOCK + 500 for s in one.scenarios)
     lazy = dict(kw, samples=blocks.BLOCK + 300)
-    a = specaudit.run("specaudit.reference:verify", [str(zipf)], jobs=1, **lazy)
-    b = specaudit.run("specaudit.reference:verify", [str(zipf)], jobs=2, **lazy)
+    a = specaudit.run("specaudit.verifiers.reference:verify", [str(zipf)], jobs=1, **lazy)
+    b = specaudit.run("specaudit.verifiers.reference:verify", [str(zipf)], jobs=2, **lazy)
     assert _key(a) == _key(b) and [c.name for c in a.scenarios[0].checks] == ["per-prefix", "pit"]
     tree = dict(kw, samples=blocks.BLOCK + 200)  # draft trees: the tree simulator, blocked alike
-    t1 = specaudit.run("specaudit.tree_reference:verify", ["tree-iid-v4"], jobs=1, **tree)
-    t2 = specaudit.run("specaudit.tree_reference:verify", ["tree-iid-v4"], jobs=2, **tree)
+    t1 = specaudit.run("specaudit.verifiers.tree:verify", ["tree-iid-v4"], jobs=1, **tree)
+    t2 = specaudit.run("specaudit.verifiers.tree:verify", ["tree-iid-v4"], jobs=2, **tree)
     assert _key(t1) == _key(t2) and t1.exit_code() == ExitCode.OK
 
 
 def test_two_shards_merge_to_the_unsharded_run(tmp_path):
     zipf = tmp_path / "zipf.yaml"
     zipf.write_text(ZIPF)
-    args = ["run", "specaudit.mutants:resample_from_p", "-s", "markov-v4", "-s", "sampling-greedy", "-s", "corners",
+    args = ["run", "specaudit.verifiers.zoo.chain:resample_from_p", "-s", "markov-v4", "-s", "sampling-greedy", "-s", "corners",
             "-s", str(zipf), "--samples", str(2 * blocks.BLOCK + 700), "--seed", "5", "-q"]
     runner = CliRunner()
     whole = runner.invoke(main, [*args, "--json", str(tmp_path / "whole.json")])
@@ -85,7 +86,7 @@ def test_two_shards_merge_to_the_unsharded_run(tmp_path):
 
 def test_merge_refuses_incomplete_or_mixed_shards(tmp_path):
     runner = CliRunner()
-    base = ["run", "specaudit.reference:verify", "-s", "markov-v4", "--samples", "2000", "-q", "--no-power"]
+    base = ["run", "specaudit.verifiers.reference:verify", "-s", "markov-v4", "--samples", "2000", "-q", "--no-power"]
     for name, extra in (("a", ["--shard", "0/2"]), ("b", ["--shard", "0/3"]), ("c", [])):
         assert runner.invoke(main, [*base, *extra, "--json", str(tmp_path / f"{name}.json")]).exit_code == ExitCode.OK
     missing = runner.invoke(main, ["merge", str(tmp_path / "a.json")])
@@ -111,13 +112,13 @@ def test_spending_schedule_sums_to_one_and_keeps_half_for_the_last_look():
 
 def test_early_stop_stops_a_broken_verifier_and_runs_a_correct_one_to_n():
     kw = dict(seed=3, diagnose=False, power=False, early_stop=True)
-    bad = specaudit.run("specaudit.mutants:count_after_reject", ["markov-v4"], **kw)
+    bad = specaudit.run("specaudit.verifiers.zoo.chain:count_after_reject", ["markov-v4"], **kw)
     s = bad.scenarios[0]
     assert bad.exit_code() == ExitCode.CHECKS_FAILED and s.info["early_stop"]["stopped"]
     assert s.info["early_stop"]["sequences"] <= 2 * blocks.BLOCK < s.samples
     assert s.check("joint-law").status is Status.FAILED
     assert s.check("joint-law").pvalue <= s.info["early_stop"]["level"]  # decisive: Holm rejects it whatever else
-    good = specaudit.run("specaudit.reference:verify", ["markov-v4"], samples=3 * blocks.BLOCK, **kw)
+    good = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], samples=3 * blocks.BLOCK, **kw)
     g = good.scenarios[0]
     assert good.exit_code() == ExitCode.OK and not g.info["early_stop"]["stopped"]
     assert g.info["early_stop"]["looks"] == [blocks.BLOCK, 2 * blocks.BLOCK, 3 * blocks.BLOCK]
@@ -127,12 +128,13 @@ def test_early_stop_stops_a_broken_verifier_and_runs_a_correct_one_to_n():
 
 def test_early_stop_level_bounds_the_holm_family_with_exact_scenarios():
     # the stop is decisive only if alpha / M <= alpha / m: exact-mode probes add p-values to m too
-    from specaudit import power, runner
+    from specaudit.analysis import power
+    from specaudit.engine import run as runner
 
     corners = runner.resolve_scenarios(["corners"])[0]
     loaded = [corners] * 8 + runner.resolve_scenarios(["markov-v4"])
     alpha = 1e-3
-    r = specaudit.run("specaudit.reference:verify", loaded, samples=2000, seed=1, diagnose=False, power=False,
+    r = specaudit.run("specaudit.verifiers.reference:verify", loaded, samples=2000, seed=1, diagnose=False, power=False,
                       suspect_level=0.0)
     family = power.family_size(r.scenarios)
     assert family > 8  # one simulated scenario's checks plus every probe's p-value
@@ -145,7 +147,7 @@ def test_early_stop_keeps_family_wise_alpha_under_the_null(monkeypatch):
     alpha, runs = 0.05, 150
     rejected, stopped_early, pseq = 0, 0, []
     for seed in range(runs):
-        r = specaudit.run("specaudit.reference:verify", ["seed-context-free"], samples=2000, seed=seed, alpha=alpha,
+        r = specaudit.run("specaudit.verifiers.reference:verify", ["seed-context-free"], samples=2000, seed=seed, alpha=alpha,
                           early_stop=True, diagnose=False, power=False, suspect_level=0.0)
         s = r.scenarios[0]
         rejected += s.status is Status.FAILED
@@ -173,18 +175,18 @@ def test_zipf_rows_windows_and_cdf_agree():
 
 def test_unknown_backend_is_a_usage_error():
     with pytest.raises(UsageError, match="backend"):
-        specaudit.run("specaudit.reference:verify", ["markov-v4"], samples=100, backend="dask", power=False)
+        specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], samples=100, backend="dask", power=False)
 
 
 def test_ray_backend_matches_local_processes():
     ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'specaudit[ray]')")
     kw = dict(seed=8, samples=blocks.BLOCK + 400, diagnose=False, power=False, suspect_level=0.0)
-    local = specaudit.run("specaudit.reference:verify", ["markov-v4", "sampling-greedy"], **kw)
+    local = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4", "sampling-greedy"], **kw)
     try:
-        remote = specaudit.run("specaudit.reference:verify", ["markov-v4", "sampling-greedy"], backend="ray", jobs=2, **kw)
+        remote = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4", "sampling-greedy"], backend="ray", jobs=2, **kw)
     finally:
         if ray.is_initialized():
             ray.shutdown()
     assert _key(remote) == _key(local)
-    bad = specaudit.run("specaudit.mutants:lenient", ["markov-v4"], backend="ray", **kw)
+    bad = specaudit.run("specaudit.verifiers.zoo.chain:lenient", ["markov-v4"], backend="ray", **kw)
     assert bad.exit_code() == ExitCode.CHECKS_FAILED  # negative control through Ray

@@ -14,7 +14,7 @@ def invoke(*args):
 
 def test_run_reference_exits_0_and_writes_json(tmp_path):
     out = tmp_path / "r.json"
-    res = invoke("run", "specaudit.reference:verify", "-s", "seed-context-free", "--samples", "20000", "--json", str(out))
+    res = invoke("run", "specaudit.verifiers.reference:verify", "-s", "seed-context-free", "--samples", "20000", "--json", str(out))
     assert res.exit_code == ExitCode.OK, res.output
     assert "seed-context-free" in res.output and "2.533" in res.output
     doc = json.loads(out.read_text())
@@ -23,20 +23,20 @@ def test_run_reference_exits_0_and_writes_json(tmp_path):
 
 
 def test_run_mutant_exits_1_and_shows_cells():
-    res = invoke("run", "specaudit.mutants:resample_from_p", "-s", "markov-v4", "--samples", "50000")
+    res = invoke("run", "specaudit.verifiers.zoo.chain:resample_from_p", "-s", "markov-v4", "--samples", "50000")
     assert res.exit_code == ExitCode.CHECKS_FAILED
     assert "most deviating cells" in res.output and "FAILED" in res.output
 
 
 def test_usage_errors_exit_4():
     assert invoke("run", "no_such_module:verify").exit_code == ExitCode.USAGE_ERROR
-    assert invoke("run", "specaudit.reference:verify", "--bogus").exit_code == ExitCode.USAGE_ERROR
-    res = invoke("run", "specaudit.reference:verify", "-s", "markov-v5")
+    assert invoke("run", "specaudit.verifiers.reference:verify", "--bogus").exit_code == ExitCode.USAGE_ERROR
+    res = invoke("run", "specaudit.verifiers.reference:verify", "-s", "markov-v5")
     assert res.exit_code == ExitCode.USAGE_ERROR and "did you mean 'markov-v4'" in res.output
 
 
 def test_nothing_to_run_exits_5():
-    assert invoke("run", "specaudit.reference:verify", "-s", "tag:no-such-tag").exit_code == ExitCode.NO_SCENARIOS
+    assert invoke("run", "specaudit.verifiers.reference:verify", "-s", "tag:no-such-tag").exit_code == ExitCode.NO_SCENARIOS
     for command in (("plan",), ("selftest", "--seeds", "10")):
         res = invoke(*command, "-s", "tag:no-such-tag")
         assert res.exit_code == ExitCode.NO_SCENARIOS and "no scenario matches tag:no-such-tag" in res.output

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import specaudit
-from specaudit.contract import guarded
+from specaudit.contract.guard import guarded
 from specaudit.errors import ExitCode, VerifierCrash, VerifierTimeout
 from specaudit.results import Status
 
@@ -111,7 +111,7 @@ def test_contract_breach_in_simulation_is_an_error_naming_the_clause(verifiers_d
 
 def test_timeout_is_validated():
     with pytest.raises(specaudit.UsageError, match="timeout = -1"):
-        specaudit.run("specaudit.reference:verify", ["corners"], timeout=-1)
+        specaudit.run("specaudit.verifiers.reference:verify", ["corners"], timeout=-1)
 
 
 def test_ctrl_c_exits_2_and_keeps_what_was_measured(verifiers_dir, tmp_path):

@@ -5,8 +5,8 @@ import pytest
 from report_runs import failing, passing
 
 import specaudit
-from specaudit import diagnose
-from specaudit.scenarios import resolve
+from specaudit.analysis import diagnose
+from specaudit.scenarios.schema import resolve
 
 
 def test_pattern_similarity_is_cosine_of_standardised_residuals():
@@ -41,12 +41,12 @@ def test_passing_run_has_no_diagnosis():
 @pytest.mark.parametrize("mutant", ["count_after_reject", "no_bonus"])
 def test_other_mutants_named_correctly(mutant):
     # no_bonus keeps the joint law: it is recognised by its accept-length pattern alone
-    result = specaudit.run(f"specaudit.mutants:{mutant}", ["seed-context-free"], samples=20_000, seed=4)
+    result = specaudit.run(f"specaudit.verifiers.zoo.chain:{mutant}", ["seed-context-free"], samples=20_000, seed=4)
     assert result.scenarios[0].info["diagnosis"]["best"]["mutant"] == mutant
 
 
 def test_diagnosis_can_be_turned_off_and_takes_a_provider():
-    result = specaudit.run("specaudit.mutants:resample_from_p", ["markov-v4"], samples=20_000, seed=1, diagnose=False)
+    result = specaudit.run("specaudit.verifiers.zoo.chain:resample_from_p", ["markov-v4"], samples=20_000, seed=1, diagnose=False)
     assert "diagnosis" not in result.scenarios[0].info
     spec = resolve(["markov-v4"])[0].spec
     calls = []

@@ -2,7 +2,7 @@
 
 The enumerator below walks every draft sequence, every accept/reject outcome and every emitted
 token of the rule (Leviathan et al. 2023, Alg. 1) as plain-Python events with their
-probabilities; it never forms the kernels A, R, P that ``specaudit.exact`` is built on.
+probabilities; it never forms the kernels A, R, P that ``specaudit.laws.chain`` is built on.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from specaudit.chains import TabularChain, context_free, first_order
+from specaudit.chains.tabular import TabularChain, context_free, first_order
 from specaudit.errors import UsageError
-from specaudit.exact import (
+from specaudit.laws.chain import (
     acceptance_rate,
     closed_form_accept_law,
     closed_form_tokens_per_step,

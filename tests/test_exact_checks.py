@@ -1,7 +1,7 @@
 """Exact checks (mode: exact, the shipped 'corners'), adversarial uniforms and greedy mode.
 
 Every check has a positive control (the reference and the loop verifier pass it) and a broken
-verifier it catches (tests/verifiers/exact_broken.py, broken.py, specaudit.mutants).
+verifier it catches (tests/verifiers/exact_broken.py, broken.py, specaudit.verifiers.zoo.chain).
 """
 
 import numpy as np
@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 import specaudit
-from specaudit.adversarial import HIGH, HIGH32, ScriptedUniforms
+from specaudit.contract.uniforms import HIGH, HIGH32, ScriptedUniforms
 from specaudit.cli import main
 from specaudit.errors import ExitCode, ScenarioError
-from specaudit.exact_checks import EXACT_CHECKS
+from specaudit.checks.probes import EXACT_CHECKS
 from specaudit.results import Category, Status
-from specaudit.scenarios import default_suite, parse_scenario, resolve
+from specaudit.scenarios.schema import default_suite, parse_scenario, resolve
 
 CHECK_NAMES = [name for name, _, _ in EXACT_CHECKS] + ["corner-one-hot-run"]
 
@@ -35,7 +35,7 @@ def test_corners_is_in_the_default_suite():
     assert resolve(["corners"])[0].spec.mode == "exact"
 
 
-@pytest.mark.parametrize("target", ["specaudit.reference:verify", "loop"])
+@pytest.mark.parametrize("target", ["specaudit.verifiers.reference:verify", "loop"])
 def test_correct_verifiers_pass_every_exact_check(target, verifiers_dir):
     if target == "loop":
         target = f"{verifiers_dir / 'loop.py'}:verify"
@@ -50,18 +50,18 @@ def test_correct_verifiers_pass_every_exact_check(target, verifiers_dir):
 
 # (target, check that must fail, text its summary must hold)
 BROKEN = [
-    ("specaudit.mutants:leq_ratio", "adversarial-uniforms", "has p = 0"),  # accepts p = 0 at u = 0
-    ("specaudit.mutants:recovered_id_eq_v", "adversarial-uniforms", "vocab-range"),  # id == V
+    ("specaudit.verifiers.zoo.chain:leq_ratio", "adversarial-uniforms", "has p = 0"),  # accepts p = 0 at u = 0
+    ("specaudit.verifiers.zoo.chain:recovered_id_eq_v", "adversarial-uniforms", "vocab-range"),  # id == V
     ("exact_broken:mutates_p", "inputs-unmodified", "writes into its inputs: p["),
     ("exact_broken:ignores_seed", "determinism", "same seed"),
-    ("specaudit.mutants:bonus_from_last", "padding-independence", "reads padding"),
+    ("specaudit.verifiers.zoo.chain:bonus_from_last", "padding-independence", "reads padding"),
     ("exact_broken:swapped_residual", "corner-one-hot", "the target's only token"),  # wrong one-hot replacement
     ("exact_broken:float32_ratio", "corner-p-equals-q", "uniforms"),  # rejects p = q at u -> 1
-    ("specaudit.mutants:no_bonus", "corner-p-equals-q", "n_out"),
+    ("specaudit.verifiers.zoo.chain:no_bonus", "corner-p-equals-q", "n_out"),
     ("exact_broken:empty_batch_wrong_shape", "corner-empty-batch", "[shape]"),
     ("exact_broken:zero_drafts_from_next", "corner-zero-drafts", "has p = 0"),
-    ("specaudit.mutants:resample_from_p", "corner-greedy-drafter", "probability 0"),
-    ("specaudit.mutants:ignore_drafts", "corner-one-hot-run", "accepted 0 drafts"),
+    ("specaudit.verifiers.zoo.chain:resample_from_p", "corner-greedy-drafter", "probability 0"),
+    ("specaudit.verifiers.zoo.chain:ignore_drafts", "corner-one-hot-run", "accepted 0 drafts"),
     ("broken:nan_ids", "contract-clauses", "dtype"),
     ("broken:wrong_shape", "contract-clauses", "shape"),
     ("broken:float_ids", "contract-clauses", "dtype"),
@@ -83,7 +83,7 @@ def test_each_broken_verifier_fails_its_exact_check(target, check, text, verifie
 
 def test_boundary_mutants_pass_everything_but_the_boundary_probes():
     # lossless almost surely: the statistical greedy-drafter corner with real uniforms passes
-    _, s = corners("specaudit.mutants:leq_ratio")
+    _, s = corners("specaudit.verifiers.zoo.chain:leq_ratio")
     assert s.check("corner-greedy-drafter").status is Status.PASSED
     assert s.check("determinism").status is Status.PASSED
 
@@ -106,7 +106,7 @@ def test_verifier_that_never_draws_is_not_applicable_not_passed(broken):
 
 def test_allow_inefficient_keeps_efficiency_corners_from_gating():
     # sample-and-match is lossless but accepts fewer drafts than the chain rule at p = q
-    result, s = corners("specaudit.mutants:sample_and_match", gate_efficiency=False)
+    result, s = corners("specaudit.verifiers.zoo.chain:sample_and_match", gate_efficiency=False)
     pq = s.check("corner-p-equals-q")
     assert pq.status is Status.FAILED and pq.category is Category.EFFICIENCY and not pq.gate
     assert result.exit_code() == ExitCode.OK
@@ -167,7 +167,7 @@ def test_scripted_choice_agrees_with_numpy_at_the_same_uniform():
 # ---- greedy mode ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", ["specaudit.greedy:verify", "greedy_loop"])
+@pytest.mark.parametrize("target", ["specaudit.checks.greedy:verify", "greedy_loop"])
 def test_greedy_verifiers_equal_greedy_decoding_with_ties(target, broken):
     if target == "greedy_loop":
         target = broken("greedy_loop")
@@ -190,7 +190,7 @@ def test_greedy_tie_to_last_index_fails_and_is_named_a_tie(broken):
 
 def test_sampling_verifier_is_not_a_temperature_zero_verifier():
     # greedy mode hands p as it is; a sampling verifier draws from it and breaks equality
-    result = specaudit.run("specaudit.reference:verify", ["greedy-ties"], samples=2000, diagnose=False)
+    result = specaudit.run("specaudit.verifiers.reference:verify", ["greedy-ties"], samples=2000, diagnose=False)
     assert result.scenarios[0].check("greedy-equality").status is Status.FAILED
 
 

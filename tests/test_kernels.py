@@ -1,4 +1,4 @@
-"""Issue 7: the compiled hot path (specaudit.kernels) gives exactly what the numpy simulator gives."""
+"""Issue 7: the compiled hot path (specaudit.simulate.kernels) gives exactly what the numpy simulator gives."""
 
 import sys
 
@@ -6,16 +6,18 @@ import numpy as np
 import pytest
 
 import specaudit
-from specaudit import kernels, mutants, reference
-from specaudit import simulate as sim
-from specaudit.chains import first_order
+from specaudit.simulate import kernels
+from specaudit.verifiers.zoo import chain as mutants
+from specaudit.verifiers import reference
+from specaudit.simulate import chain as sim
+from specaudit.chains.tabular import first_order
 from specaudit.errors import ContractError
-from specaudit.simulate import JointCounts, Plan, simulate
+from specaudit.simulate.chain import JointCounts, Plan, simulate
 
 try:
-    from specaudit import _kernels
+    from specaudit.simulate import _kernels
 except ImportError:
-    pytest.skip("the C extension specaudit._kernels is not built (no C compiler at install): "
+    pytest.skip("the C extension specaudit.simulate._kernels is not built (no C compiler at install): "
                 "the numpy simulator runs instead", allow_module_level=True)
 
 
@@ -131,7 +133,7 @@ def test_switch_and_missing_extension_fall_back_to_numpy(monkeypatch):
         assert kernels.load() is None
     kernels.load.cache_clear()
     with monkeypatch.context() as m:
-        m.setitem(sys.modules, "specaudit._kernels", None)  # import -> ImportError
+        m.setitem(sys.modules, "specaudit.simulate._kernels", None)  # import -> ImportError
         assert kernels.load() is None
     kernels.load.cache_clear()
     assert kernels.load() is _kernels
@@ -171,7 +173,7 @@ def test_the_extension_refuses_wrong_arrays_instead_of_reading_out_of_bounds():
 
 def test_a_whole_run_is_identical_with_and_without_the_kernels(monkeypatch):
     def run():
-        result = specaudit.run("specaudit.reference:verify", ["markov-v4", "ragged-v4", "greedy-markov"], seed=4,
+        result = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4", "ragged-v4", "greedy-markov"], seed=4,
                                samples=20_000, diagnose=False, suspect_level=0.0)
         return [(s.name, s.status, [(c.name, c.statistic, c.pvalue) for c in s.checks]) for s in result.scenarios]
 

@@ -3,12 +3,12 @@
 import pytest
 
 from specaudit.errors import ExitCode, TargetLoadError
-from specaudit.loading import load_target
-from specaudit.reference import verify
+from specaudit.contract.targets import load_target
+from specaudit.verifiers.reference import verify
 
 
 def test_module_path_and_alias():
-    assert load_target("specaudit.reference:verify") is verify
+    assert load_target("specaudit.verifiers.reference:verify") is verify
     assert load_target("reference") is verify
 
 
@@ -37,7 +37,7 @@ def test_import_error_inside_user_module_shows_user_traceback(verifiers_dir):
 
 def test_missing_attribute_suggests_close_name():
     with pytest.raises(TargetLoadError, match="has no attribute 'verfy' \\(did you mean 'verify'\\?\\)"):
-        load_target("specaudit.reference:verfy")
+        load_target("specaudit.verifiers.reference:verfy")
 
 
 def test_not_callable(verifiers_dir):
@@ -47,5 +47,5 @@ def test_not_callable(verifiers_dir):
 
 def test_malformed_spec_and_exit_code():
     with pytest.raises(TargetLoadError, match="must look like 'package.module:function'") as info:
-        load_target("specaudit.reference")
+        load_target("specaudit.verifiers.reference")
     assert info.value.exit_code == ExitCode.USAGE_ERROR

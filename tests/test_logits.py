@@ -5,15 +5,19 @@ import pytest
 from click.testing import CliRunner
 
 import specaudit
-from specaudit import exact, logits, mismatch, reference, stats
-from specaudit.chains import first_order
+from specaudit.laws import chain as exact
+from specaudit.contract import logits
+from specaudit.checks import processing as mismatch
+from specaudit.verifiers import reference
+from specaudit.stats import gof as stats
+from specaudit.chains.tabular import first_order
 from specaudit.cli import main
 from specaudit.errors import ExitCode, ScenarioError
-from specaudit.logits_mutants import MUTANTS
-from specaudit.processing import SamplingParams, process
+from specaudit.verifiers.zoo.logits import MUTANTS
+from specaudit.chains.processing import SamplingParams, process
 from specaudit.results import Status
-from specaudit.scenarios import parse_scenario, resolve
-from specaudit.simulate import JointCounts, Plan, simulate
+from specaudit.scenarios.schema import parse_scenario, resolve
+from specaudit.simulate.chain import JointCounts, Plan, simulate
 
 SAMPLING = ["sampling-greedy", "sampling-min-p", "sampling-mixed", "sampling-near-tie", "sampling-temperature",
             "sampling-top-k", "sampling-top-p"]
@@ -127,7 +131,7 @@ def test_reference_logits_verifier_passes_every_sampling_scenario():
 
 
 def test_probs_reference_passes_sampling_scenarios_on_processed_laws():
-    result = specaudit.run("specaudit.reference:verify", ["tag:sampling"], samples=30_000, seed=2)
+    result = specaudit.run("specaudit.verifiers.reference:verify", ["tag:sampling"], samples=30_000, seed=2)
     assert result.exit_code() == ExitCode.OK
 
 
@@ -147,7 +151,7 @@ def test_logits_verifier_passes_probability_scenarios():
     ],
 )
 def test_mismatch_mutant_fails_and_the_diverging_quantity_is_named(mutant, scenario):
-    result = specaudit.run(f"specaudit.logits_mutants:{mutant}", [scenario], contract="logits", samples=60_000, seed=3)
+    result = specaudit.run(f"specaudit.verifiers.zoo.logits:{mutant}", [scenario], contract="logits", samples=60_000, seed=3)
     s = result.scenarios[0]
     assert result.exit_code() == ExitCode.CHECKS_FAILED and s.check("joint-law").status is Status.FAILED
     diag = s.check("processing")
@@ -159,7 +163,7 @@ def test_mismatch_mutant_fails_and_the_diverging_quantity_is_named(mutant, scena
 def test_every_mutant_fails_some_shipped_scenario_and_passes_where_its_quantity_agrees():
     # temperature_target_only is lossless where the drafter's temperature is 1 (sampling-top-k)
     fails = {
-        name: specaudit.run(f"specaudit.logits_mutants:{name}", ["sampling-top-k", "sampling-near-tie"],
+        name: specaudit.run(f"specaudit.verifiers.zoo.logits:{name}", ["sampling-top-k", "sampling-near-tie"],
                             contract="logits", samples=20_000, seed=4)
         for name in MUTANTS
     }
@@ -197,7 +201,7 @@ def test_cli_contract_option():
     assert missing.exit_code == ExitCode.USAGE_ERROR and "pass --contract logits" in missing.output
     wrong = runner.invoke(main, ["run", "reference", "--contract", "logits", "-s", "sampling-top-k"])
     assert wrong.exit_code == ExitCode.USAGE_ERROR and "leave out --contract logits" in wrong.output
-    bad = runner.invoke(main, ["run", "specaudit.logits_mutants:unprocessed_q", "--contract", "logits", "-s",
+    bad = runner.invoke(main, ["run", "specaudit.verifiers.zoo.logits:unprocessed_q", "--contract", "logits", "-s",
                                "sampling-top-k", "--samples", "20000"])
     assert bad.exit_code == ExitCode.CHECKS_FAILED
     assert "q diverges: the verifier used softmax(draft logits), unprocessed" in bad.output

@@ -1,6 +1,6 @@
 """Every zoo mutant through specaudit.run: its own negative-control test, next to the reference.
 
-Each distribution mutant is run on a scenario where ``specaudit.power`` predicts the joint-law
+Each distribution mutant is run on a scenario where ``specaudit.analysis.power`` predicts the joint-law
 check catches it at the sample size used (the prediction is asserted too); lossless controls must
 pass the distribution check and fail tokens/step; boundary mutants are lossless with ordinary
 uniforms (the adversarial-uniform checks catch them), which is all that is asserted here. The
@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 
 import specaudit
-from specaudit import power
+from specaudit.analysis import power
 from specaudit.errors import ExitCode
-from specaudit.mutants import MUTANTS
+from specaudit.verifiers.zoo.chain import MUTANTS
 from specaudit.results import Category, Status
-from specaudit.scenarios import resolve
+from specaudit.scenarios.schema import resolve
 
 N = 5000
 #: Where each distribution mutant's bug shows (bonus_from_last needs ragged rows).
@@ -49,13 +49,13 @@ def test_zoo_covers_every_kind():
 
 @pytest.mark.parametrize("name", sorted(set(CATCHES.values())))
 def test_reference_passes_where_mutants_are_caught(name):
-    assert run("specaudit.reference:verify", [name]).exit_code() == ExitCode.OK
+    assert run("specaudit.verifiers.reference:verify", [name]).exit_code() == ExitCode.OK
 
 
 @pytest.mark.parametrize("mutant", list(CATCHES))
 def test_distribution_mutant_fails_joint_law(mutant):
     scenario = CATCHES[mutant]
-    result = run(f"specaudit.mutants:{mutant}", [scenario])
+    result = run(f"specaudit.verifiers.zoo.chain:{mutant}", [scenario])
     assert result.exit_code() == ExitCode.CHECKS_FAILED
     joint = result.scenarios[0].check("joint-law")
     assert joint.category is Category.DISTRIBUTION and joint.status is Status.FAILED
@@ -66,20 +66,20 @@ def test_distribution_mutant_fails_joint_law(mutant):
 
 @pytest.mark.parametrize("mutant", [n for n, m in MUTANTS.items() if m.kind == "lossless-control"])
 def test_lossless_control_passes_law_and_fails_tokens_per_step(mutant):
-    result = run(f"specaudit.mutants:{mutant}", ["seed-context-free", "markov-v4"], samples=20_000)
+    result = run(f"specaudit.verifiers.zoo.chain:{mutant}", ["seed-context-free", "markov-v4"], samples=20_000)
     for s in result.scenarios:  # a SUSPECT first look is re-run (4x samples, fresh seed); the re-run decides
         law = (s.rerun or s).check("joint-law")
         assert law.status is Status.PASSED, (s.name, law.pvalue)
     assert any(s.check("tokens-per-step").status is Status.FAILED for s in result.scenarios)
     assert result.exit_code() == ExitCode.CHECKS_FAILED
-    allowed = run(f"specaudit.mutants:{mutant}", ["seed-context-free"], samples=20_000, gate_efficiency=False)
+    allowed = run(f"specaudit.verifiers.zoo.chain:{mutant}", ["seed-context-free"], samples=20_000, gate_efficiency=False)
     assert allowed.exit_code() == ExitCode.OK  # --allow-inefficient: lossless is enough
 
 
 @pytest.mark.parametrize("mutant", [n for n, m in MUTANTS.items() if m.kind == "boundary"])
 def test_boundary_mutant_is_lossless_with_ordinary_uniforms(mutant):
     # peaked-v8 has drafts of target probability 0: leq_ratio would accept one only at u == 0
-    result = run(f"specaudit.mutants:{mutant}", ["peaked-v8", "seed-context-free"], samples=20_000)
+    result = run(f"specaudit.verifiers.zoo.chain:{mutant}", ["peaked-v8", "seed-context-free"], samples=20_000)
     for s in result.scenarios:
         assert s.error is None
         assert s.check("joint-law").status is Status.PASSED
@@ -88,4 +88,4 @@ def test_boundary_mutant_is_lossless_with_ordinary_uniforms(mutant):
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", list(CATCHES))
 def test_distribution_mutant_fails_default_suite(mutant):
-    assert specaudit.run(f"specaudit.mutants:{mutant}").exit_code() == ExitCode.CHECKS_FAILED
+    assert specaudit.run(f"specaudit.verifiers.zoo.chain:{mutant}").exit_code() == ExitCode.CHECKS_FAILED

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specaudit import mutants, reference
-from specaudit.mutants import MUTANTS
+from specaudit.verifiers.zoo import chain as mutants
+
+from specaudit.verifiers import reference
+from specaudit.verifiers.zoo.chain import MUTANTS
 
 V, K, N = 4, 2, 200_000
 P = np.array([0.5, 0.0, 0.3, 0.2])
@@ -253,7 +255,7 @@ def test_registry_metadata_and_import_paths():
         assert m.description and "\n" not in m.description
         assert m.mirrors
         assert m.kind in mutants.KINDS
-        module, attr = f"specaudit.mutants:{name}".split(":")
+        module, attr = f"specaudit.verifiers.zoo.chain:{name}".split(":")
         assert getattr(importlib.import_module(module), attr) is m.func
         assert m.func.mutant is m
         assert mutants.get(name) is m

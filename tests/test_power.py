@@ -1,7 +1,7 @@
 """Power figures: checked against scipy's ncx2, against replicated checks, and against simulation.
 
 Reference numbers come from scipy.stats (ncx2, chi2) computed here independently of
-specaudit.power, from stats.goodness_of_fit run on multinomial counts (the check itself), and
+specaudit.analysis.power, from stats.goodness_of_fit run on multinomial counts (the check itself), and
 from exact.joint_probabilities (the target law a lossless kernel must reproduce).
 """
 
@@ -11,9 +11,15 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from specaudit import exact, power, runner, stats
+from specaudit.laws import chain as exact
+
+from specaudit.analysis import power
+
+from specaudit.engine import run as runner
+
+from specaudit.stats import gof as stats
 from specaudit.errors import UsageError
-from specaudit.scenarios import resolve
+from specaudit.scenarios.schema import resolve
 
 
 @pytest.fixture(autouse=True)
@@ -168,7 +174,7 @@ def test_scenario_power_flags_blind_and_underpowered_scenarios():
 
 
 def test_run_reports_power_per_scenario():
-    result = runner.run("specaudit.reference:verify", ["seed-context-free", "zero-drafts"], samples=20_000, diagnose=False)
+    result = runner.run("specaudit.verifiers.reference:verify", ["seed-context-free", "zero-drafts"], samples=20_000, diagnose=False)
     by = {s.name: s for s in result.scenarios}
     sens = by["seed-context-free"].info["sensitivity"]
     assert sens["tests"] == 6 and sens["alpha"] == pytest.approx(1e-3 / 6)
@@ -198,8 +204,8 @@ def test_validation(call, match):
 @pytest.mark.parametrize("scenario, mutant", [("seed-context-free", "resample_from_p"), ("markov-v4", "shared_uniform")])
 def test_plan_agrees_with_reality(scenario, mutant):
     # plan's N for power 0.95, then 100 seeded runs of the mutant's joint-law check at that N
-    from specaudit import checks
-    from specaudit.mutants import MUTANTS
+    from specaudit.checks import statistical as checks
+    from specaudit.verifiers.zoo.chain import MUTANTS
 
     spec = spec_of(scenario)
     n = power.plan(spec, alpha=1e-3, power=0.95, mutant=mutant).samples_for_mutant

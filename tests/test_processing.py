@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specaudit.errors import UsageError
-from specaudit.processing import SamplingParams, process
+from specaudit.chains.processing import SamplingParams, process
 
 E = math.e
 

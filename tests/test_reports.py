@@ -26,7 +26,7 @@ def invoke(*args, env=None):
 
 def test_run_writes_json_html_junit_and_report_rerenders_the_same(tmp_path):
     out = {ext: tmp_path / f"r.{ext}" for ext in ("json", "html", "xml")}
-    res = invoke("run", "specaudit.reference:verify", "-s", "seed-context-free", "--samples", "5000", "--seed", "2",
+    res = invoke("run", "specaudit.verifiers.reference:verify", "-s", "seed-context-free", "--samples", "5000", "--seed", "2",
                  "--json", str(out["json"]), "--html", str(out["html"]), "--junit", str(out["xml"]))
     assert res.exit_code == ExitCode.OK, res.output
     # the JSON passes python -m json.tool
@@ -48,10 +48,10 @@ def test_run_writes_json_html_junit_and_report_rerenders_the_same(tmp_path):
 
 def test_html_default_folder_is_reports(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    res = invoke("run", "specaudit.reference:verify", "-s", "seed-context-free", "--samples", "2000", "--html", "-q")
+    res = invoke("run", "specaudit.verifiers.reference:verify", "-s", "seed-context-free", "--samples", "2000", "--html", "-q")
     assert res.exit_code == ExitCode.OK, res.output
     files = list((tmp_path / "reports").glob("*.html"))
-    assert [f.name for f in files] == ["specaudit-specaudit.reference_verify.html"]
+    assert [f.name for f in files] == ["specaudit-specaudit.verifiers.reference_verify.html"]
 
 
 def test_html_escapes_user_strings(tmp_path):
@@ -61,7 +61,7 @@ def test_html_escapes_user_strings(tmp_path):
         "samples: 500\ntarget: {kind: context_free, probs: [0.5, 0.5]}\ndraft: {kind: same_as_target}\n"
     )
     out = tmp_path / "r.json"
-    assert invoke("run", "specaudit.reference:verify", "-s", str(scenario), "--json", str(out), "-q").exit_code == 0
+    assert invoke("run", "specaudit.verifiers.reference:verify", "-s", str(scenario), "--json", str(out), "-q").exit_code == 0
     doc = json.loads(out.read_text())
     assert "<script>" in doc["scenarios"][0]["description"]
     # every other user string: target, error message and traceback, a check summary and data key
@@ -92,7 +92,7 @@ def test_html_of_a_failure_shows_cells_diagnosis_and_plots():
     assert page.count("<svg") >= 2 + 2 * 3
     assert "observed vs expected per cell" in page and "standardised residuals" in page
     assert "p-values of all checks" in page and "accept-length" in page
-    assert "power per mutant" in page  # from info["power"] (specaudit.power)
+    assert "power per mutant" in page  # from info["power"] (specaudit.analysis.power)
     assert not re.search(r"(src|href)=[\"']?(https?:)?//|url\((?!#)|@import", page)  # nothing loaded from outside
 
 
@@ -146,7 +146,7 @@ def test_github_annotations_and_summary(tmp_path):
 
 def test_cli_emits_github_annotations_only_on_actions(tmp_path):
     summary = tmp_path / "s.md"
-    args = ("run", "specaudit.mutants:resample_from_p", "-s", "markov-v4", "--samples", str(SAMPLES), "--seed", "1", "-q")
+    args = ("run", "specaudit.verifiers.zoo.chain:resample_from_p", "-s", "markov-v4", "--samples", str(SAMPLES), "--seed", "1", "-q")
     res = invoke(*args, env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
     assert res.exit_code == ExitCode.CHECKS_FAILED
     assert "::error file=" in res.output and summary.read_text().count("## specaudit") == 1
@@ -209,7 +209,7 @@ def test_report_rejects_bad_results_files(tmp_path, bad):
 
 def test_rerun_of_a_suspect_scenario_decides_every_report():
     # a SUSPECT first result whose re-run fails: the run exits 1, so every report must show the failure
-    from specaudit import baseline
+    from specaudit.analysis import baseline
 
     doc = document(passing())
     first = doc["scenarios"][0]

@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 
 import specaudit
-from specaudit import exact, reference, stats
+from specaudit.laws import chain as exact
+from specaudit.verifiers import reference
+from specaudit.stats import gof as stats
 from specaudit.errors import ExitCode
 from specaudit.results import Status
-from specaudit.scenarios import resolve
+from specaudit.scenarios.schema import resolve
 
 CHI2_999_63 = 103.4  # the 0.1% point of chi-square with 63 df (scipy.stats.chi2.isf(1e-3, 63))
 
@@ -19,7 +21,7 @@ def test_chi2_constant():
 
 
 def test_reference_passes_default_suite():
-    result = specaudit.run("specaudit.reference:verify")
+    result = specaudit.run("specaudit.verifiers.reference:verify")
     assert result.exit_code() == ExitCode.OK, [(s.name, s.status) for s in result.scenarios]
     assert len(result.scenarios) >= 8
     for s in result.scenarios:
@@ -28,7 +30,7 @@ def test_reference_passes_default_suite():
 
 
 def test_seed_context_free_shows_closed_form_inside_interval():
-    result = specaudit.run("specaudit.reference:verify", ["seed-context-free"], seed=7)
+    result = specaudit.run("specaudit.verifiers.reference:verify", ["seed-context-free"], seed=7)
     tps = result.scenarios[0].check("tokens-per-step")
     assert tps.data["closed_form"] == pytest.approx(2.533, abs=1e-12)  # (1 - .7**4) / (1 - .7)
     assert tps.data["exact"] == pytest.approx(2.533, abs=1e-12)
@@ -39,7 +41,7 @@ def test_seed_context_free_shows_closed_form_inside_interval():
 
 @pytest.mark.parametrize("mutant", ["resample_from_p", "shared_uniform"])
 def test_mission_negative_controls_fail_markov_v4(mutant):
-    result = specaudit.run(f"specaudit.mutants:{mutant}", ["markov-v4"])
+    result = specaudit.run(f"specaudit.verifiers.zoo.chain:{mutant}", ["markov-v4"])
     joint = result.scenarios[0].check("joint-law")
     assert result.exit_code() == ExitCode.CHECKS_FAILED
     assert joint.status is Status.FAILED
@@ -55,7 +57,7 @@ def test_loop_based_verifier_passes_default_suite(verifiers_dir):
 
 def test_exact_tokens_per_step_matches_simulation_of_reference():
     # the exact finite-horizon value is what a long run of the reference measures
-    result = specaudit.run("specaudit.reference:verify", ["peaked-v8"], samples=100_000, seed=11)
+    result = specaudit.run("specaudit.verifiers.reference:verify", ["peaked-v8"], samples=100_000, seed=11)
     tps = result.scenarios[0].check("tokens-per-step")
     assert abs(tps.statistic) < 4
     assert tps.data["exact"] == pytest.approx(tps.data["estimate"], rel=0.01)
@@ -63,23 +65,23 @@ def test_exact_tokens_per_step_matches_simulation_of_reference():
 
 def test_ragged_bonus_position_matters():
     # bonus taken from p[:, K] instead of p[:, num_draft] only shows on ragged rows
-    bad = specaudit.run("specaudit.mutants:bonus_from_last", ["ragged-v4", "markov-v4"])
+    bad = specaudit.run("specaudit.verifiers.zoo.chain:bonus_from_last", ["ragged-v4", "markov-v4"])
     by_name = {s.name: s for s in bad.scenarios}
     assert by_name["ragged-v4"].status is Status.FAILED
     assert by_name["markov-v4"].status is Status.PASSED
 
 
 def test_holm_spans_the_whole_run():
-    result = specaudit.run("specaudit.reference:verify", ["seed-context-free", "markov-v4"], samples=5000)
+    result = specaudit.run("specaudit.verifiers.reference:verify", ["seed-context-free", "markov-v4"], samples=5000)
     pvals = np.array([c.pvalue for s in result.scenarios for c in s.checks])
     adj = np.array([c.adjusted_pvalue for s in result.scenarios for c in s.checks])
     np.testing.assert_allclose(adj, stats.holm(pvals))
 
 
 def test_same_seed_same_result_and_seed_changes_it():
-    a = specaudit.run("specaudit.reference:verify", ["markov-v4"], seed=5, samples=3000)
-    b = specaudit.run("specaudit.reference:verify", ["markov-v4"], seed=5, samples=3000)
-    c = specaudit.run("specaudit.reference:verify", ["markov-v4"], seed=6, samples=3000)
+    a = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], seed=5, samples=3000)
+    b = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], seed=5, samples=3000)
+    c = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], seed=6, samples=3000)
     ja, jb, jc = (r.scenarios[0].check("joint-law").data["observed"] for r in (a, b, c))
     assert ja == jb and ja != jc
 

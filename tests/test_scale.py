@@ -6,16 +6,16 @@ from click.testing import CliRunner
 from scipy import stats as sps
 
 import specaudit
-from specaudit import reference
-from specaudit.chains import first_order
+from specaudit.verifiers import reference
+from specaudit.chains.tabular import first_order
 from specaudit.cli import main
 from specaudit.errors import ExitCode
-from specaudit.lazychains import ZipfChain
-from specaudit.pit import PitCounts, pit_test
-from specaudit.prefix import PrefixCounts, prefix_tests
+from specaudit.chains.lazy import ZipfChain
+from specaudit.checks.pit import PitCounts, pit_test
+from specaudit.checks.prefix import PrefixCounts, prefix_tests
 from specaudit.results import Status
-from specaudit.scenarios import parse_scenario
-from specaudit.simulate import JointCounts, Plan, RoundStats, alias_tables, rows_within, simulate
+from specaudit.scenarios.schema import parse_scenario
+from specaudit.simulate.chain import JointCounts, Plan, RoundStats, alias_tables, rows_within, simulate
 from scenario_texts import ZIPF_V64 as ZIPF
 
 
@@ -129,7 +129,7 @@ def test_prefix_counts_locate_nodes_and_merge():
     a.merge(PrefixCounts.from_dict(b.to_dict()))
     for t in range(3):
         for x in (seqs[0], seqs[1]):
-            from specaudit.prefix import prefix_keys
+            from specaudit.checks.prefix import prefix_keys
 
             h = int(prefix_keys(x[None, :])[0, t])
             np.testing.assert_array_equal(a.node_counts(t, h, 3), whole.node_counts(t, h, 3))
@@ -158,8 +158,8 @@ def test_pit_is_uniform_for_exact_draws_and_not_for_wrong_ones():
 
 def test_large_scenario_runs_per_prefix_and_pit_reference_passes_mutant_fails():
     loaded = parse_scenario(ZIPF, "zipf.yaml")
-    ok = specaudit.run("specaudit.reference:verify", [loaded], seed=1, diagnose=False)
-    bad = specaudit.run("specaudit.mutants:lenient", [loaded], seed=1, diagnose=False)
+    ok = specaudit.run("specaudit.verifiers.reference:verify", [loaded], seed=1, diagnose=False)
+    bad = specaudit.run("specaudit.verifiers.zoo.chain:lenient", [loaded], seed=1, diagnose=False)
     names = [c.name for c in ok.scenarios[0].checks]
     assert names == ["per-prefix", "pit"]  # no joint test, no tabular efficiency checks
     assert ok.exit_code() == ExitCode.OK, [c.summary for c in ok.scenarios[0].checks]
@@ -188,18 +188,18 @@ def test_zipf_kind_validation_names_the_fix():
 
 def test_jobs_two_gives_identical_results():
     kw = dict(seed=4, samples=5000, diagnose=False)
-    one = specaudit.run("specaudit.reference:verify", ["markov-v4", "ragged-v4", "seed-context-free"], jobs=1, **kw)
-    two = specaudit.run("specaudit.reference:verify", ["markov-v4", "ragged-v4", "seed-context-free"], jobs=2, **kw)
+    one = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4", "ragged-v4", "seed-context-free"], jobs=1, **kw)
+    two = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4", "ragged-v4", "seed-context-free"], jobs=2, **kw)
     key = lambda r: [(s.name, c.name, c.statistic, c.pvalue, c.adjusted_pvalue) for s in r.scenarios for c in s.checks]
     assert key(one) == key(two)
 
 
 def test_cli_jobs_and_max_memory():
     runner = CliRunner()
-    ok = runner.invoke(main, ["run", "specaudit.reference:verify", "-s", "markov-v4", "--samples", "3000",
+    ok = runner.invoke(main, ["run", "specaudit.verifiers.reference:verify", "-s", "markov-v4", "--samples", "3000",
                               "--jobs", "2", "--max-memory", "0.01", "-q"])
     assert ok.exit_code == ExitCode.OK, ok.output
-    bad = runner.invoke(main, ["run", "specaudit.reference:verify", "--max-memory", "-1"])
+    bad = runner.invoke(main, ["run", "specaudit.verifiers.reference:verify", "--max-memory", "-1"])
     assert bad.exit_code == ExitCode.USAGE_ERROR and "--max-memory" in bad.output
 
 
@@ -209,7 +209,7 @@ def test_a_run_imports_neither_scipy_stats_nor_csgraph():
     import sys
 
     code = ("import sys, specaudit; "
-            "specaudit.run('specaudit.reference:verify', ['markov-v4', 'corners', 'sampling-mixed'], samples=2000, seed=1); "
+            "specaudit.run('specaudit.verifiers.reference:verify', ['markov-v4', 'corners', 'sampling-mixed'], samples=2000, seed=1); "
             "print(sorted(m for m in ('scipy.stats', 'scipy.sparse.csgraph') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specaudit.errors import ScenarioError, UsageError
-from specaudit.scenarios import MAX_JOINT_CELLS, json_schema, parse_scenario, resolve, shipped
+from specaudit.scenarios.schema import MAX_JOINT_CELLS, json_schema, parse_scenario, resolve, shipped
 
 GOOD = """\
 name: t

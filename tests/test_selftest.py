@@ -9,7 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 import specaudit
-from specaudit import mutants, reference, runner, selftest
+from specaudit.verifiers.zoo import chain as mutants
+from specaudit.verifiers import reference
+from specaudit.engine import run as runner
+from specaudit.engine import selftest
 from specaudit.cli import main
 from specaudit.errors import ExitCode, UsageError
 from specaudit.reports import json as json_report
@@ -116,7 +119,7 @@ def test_rerun_decides_a_suspect_scenario(rerun_p, verdict):
 def test_suspect_scenario_is_rerun_end_to_end_and_survives_json(tmp_path):
     # resample_from_p at N = 100 is borderline: suspect at first, caught with 4x the samples
     result = specaudit.run(
-        "specaudit.mutants:resample_from_p", ["seed-context-free"], samples=100, seed=1, suspect_level=0.9,
+        "specaudit.verifiers.zoo.chain:resample_from_p", ["seed-context-free"], samples=100, seed=1, suspect_level=0.9,
         diagnose=False, power=False,
     )
     s = result.scenarios[0]
@@ -133,7 +136,7 @@ def test_reference_suspect_rerun_passes():
     # positive control: a huge suspect level re-runs the reference; its re-run passes
     # (all Holm p-values can exceed 0.99, about one seed in three: the first seed with a re-run counts)
     for seed in range(2, 12):
-        result = specaudit.run("specaudit.reference:verify", ["seed-context-free"], samples=2000, seed=seed,
+        result = specaudit.run("specaudit.verifiers.reference:verify", ["seed-context-free"], samples=2000, seed=seed,
                                suspect_level=0.99, diagnose=False, power=False)
         s = result.scenarios[0]
         if s.rerun is not None:
@@ -143,7 +146,7 @@ def test_reference_suspect_rerun_passes():
 
 def test_suspect_level_is_validated():
     with pytest.raises(UsageError, match="suspect_level"):
-        specaudit.run("specaudit.reference:verify", ["seed-context-free"], samples=100, suspect_level=1.5)
+        specaudit.run("specaudit.verifiers.reference:verify", ["seed-context-free"], samples=100, suspect_level=1.5)
 
 
 # ---- plan CLI ----------------------------------------------------------------------------------
@@ -163,9 +166,9 @@ def test_plan_cli_answers_each_question():
 
 
 def test_run_cli_shows_power_table():
-    out = CliRunner().invoke(main, ["run", "specaudit.reference:verify", "-s", "zero-drafts", "--samples", "5000"])
+    out = CliRunner().invoke(main, ["run", "specaudit.verifiers.reference:verify", "-s", "zero-drafts", "--samples", "5000"])
     assert out.exit_code == 0, out.output
     assert "detectable TV" in out.output and "flagged: zero-drafts: blind to resample_from_p" in out.output
-    quiet = CliRunner().invoke(main, ["run", "specaudit.reference:verify", "-s", "zero-drafts", "--samples", "5000",
+    quiet = CliRunner().invoke(main, ["run", "specaudit.verifiers.reference:verify", "-s", "zero-drafts", "--samples", "5000",
                                       "--no-power"])
     assert quiet.exit_code == 0 and "detectable TV" not in quiet.output

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from specaudit import stats
+from specaudit.stats import gof as stats
 
 
 def test_pearson_equals_scipy_chisquare_when_no_merging():

@@ -12,13 +12,15 @@ import pytest
 from click.testing import CliRunner
 
 import specaudit
-from specaudit import chains, exact, exact_multi
+from specaudit.chains import tabular as chains
+from specaudit.laws import chain as exact
+from specaudit.laws import tree_block as exact_multi
 from specaudit.cli import main
 from specaudit.errors import ContractError, ExitCode, ScenarioError, UsageError
 from specaudit.results import Status
-from specaudit.scenarios import load_scenario, parse_scenario
-from specaudit.simulate_tree import TreePlan, _garbage_pool, draft_trees
-from specaudit.tree import contract_of, validate_tree_output
+from specaudit.scenarios.schema import load_scenario, parse_scenario
+from specaudit.simulate.tree import TreePlan, _garbage_pool, draft_trees
+from specaudit.contract.tree import contract_of, validate_tree_output
 
 SHIPPED = "scenarios"
 TOY_P, TOY_Q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
@@ -122,7 +124,9 @@ def test_tree_output_accepts_a_valid_path():
 
 
 def test_contract_detection():
-    from specaudit import block, reference, tree_reference
+    from specaudit.verifiers import block
+    from specaudit.verifiers import reference
+    from specaudit.verifiers import tree as tree_reference
 
     assert contract_of(tree_reference.verify) == "tree"
     assert contract_of(reference.verify) == "chain" and contract_of(block.verify) == "chain"
@@ -161,13 +165,13 @@ def test_tree_scenario_validation(extra, match):
 
 def test_chain_verifier_on_tree_scenario_is_a_usage_error():
     with pytest.raises(UsageError, match=r"tree-iid-v4.*algorithm: tree.*follows the chain contract"):
-        run("specaudit.reference:verify", ["tree-iid-v4"], 100)
+        run("specaudit.verifiers.reference:verify", ["tree-iid-v4"], 100)
     with pytest.raises(UsageError, match=r"block-toy.*follows the tree contract"):
-        run("specaudit.tree_reference:verify", ["block-toy"], 100)
+        run("specaudit.verifiers.tree:verify", ["block-toy"], 100)
 
 
 def test_cli_contract_mismatch_exits_4():
-    result = CliRunner().invoke(main, ["run", "specaudit.reference:verify", "-s", f"{SHIPPED}/tree-topk-v4.yaml"])
+    result = CliRunner().invoke(main, ["run", "specaudit.verifiers.reference:verify", "-s", f"{SHIPPED}/tree-topk-v4.yaml"])
     assert result.exit_code == ExitCode.USAGE_ERROR, result.output
     assert "tree contract" in result.output and "Traceback" not in result.output
 
@@ -196,7 +200,7 @@ def test_ragged_trees_are_compact_topological_and_padded_with_garbage():
 
 
 def test_tree_reference_passes_tree_scenarios():
-    result = run("specaudit.tree_reference:verify", ["tree-iid-v4", "tree-topk-v4", "tree-ragged-wr-v4"], 30_000)
+    result = run("specaudit.verifiers.tree:verify", ["tree-iid-v4", "tree-topk-v4", "tree-ragged-wr-v4"], 30_000)
     assert result.exit_code() == ExitCode.OK, [(s.name, [(c.name, c.pvalue) for c in s.checks]) for s in result.scenarios]
 
 
@@ -210,7 +214,7 @@ def test_tree_reference_passes_tree_scenarios():
     ],
 )
 def test_tree_and_block_mutants_fail_their_scenario(mutant, scenario):
-    result = run(f"specaudit.tree_mutants:{mutant}", [scenario], 30_000)
+    result = run(f"specaudit.verifiers.zoo.tree:{mutant}", [scenario], 30_000)
     joint = result.scenarios[0].check("joint-law")
     assert joint.status is Status.FAILED, joint.summary
     assert result.exit_code() == ExitCode.CHECKS_FAILED
@@ -218,14 +222,14 @@ def test_tree_and_block_mutants_fail_their_scenario(mutant, scenario):
 
 def test_duplicates_mutant_is_invisible_without_duplicates():
     # top-k siblings are distinct: the bug cannot show, the run must pass (no false alarm)
-    result = run("specaudit.tree_mutants:tree_duplicates_double_counted", ["tree-topk-v4"], 20_000)
+    result = run("specaudit.verifiers.zoo.tree:tree_duplicates_double_counted", ["tree-topk-v4"], 20_000)
     assert result.exit_code() == ExitCode.OK
 
 
 def test_toy_reproduces_chain_and_block_tokens_per_step():
     # 19/9 tokens/step for chain, 20/9 for block, each inside its measured 99.9% interval
-    chain = run("specaudit.reference:verify", ["toy-chain"], 60_000).scenarios[0].check("tokens-per-step")
-    block = run("specaudit.block:verify", ["block-toy"], 60_000)
+    chain = run("specaudit.verifiers.reference:verify", ["toy-chain"], 60_000).scenarios[0].check("tokens-per-step")
+    block = run("specaudit.verifiers.block:verify", ["block-toy"], 60_000)
     tps = block.scenarios[0].check("tokens-per-step")
     assert chain.data["exact"] == pytest.approx(19 / 9) and tps.data["exact"] == pytest.approx(20 / 9)
     assert tps.data["closed_form"] == pytest.approx(20 / 9) and tps.data["chain_closed_form"] == pytest.approx(19 / 9)
@@ -236,7 +240,7 @@ def test_toy_reproduces_chain_and_block_tokens_per_step():
 
 def test_chain_rule_on_block_scenario_is_lossless_but_slower():
     # vllm-ascend #7807 bug class: token-wise rule where block was meant; law right, efficiency not
-    result = run("specaudit.reference:verify", ["block-toy"], 30_000)
+    result = run("specaudit.verifiers.reference:verify", ["block-toy"], 30_000)
     s = result.scenarios[0]
     assert s.check("joint-law").status is Status.PASSED
     assert s.check("tokens-per-step").status is Status.FAILED

@@ -196,7 +196,7 @@ def _replace(adapter: Adapter, **changes: Any) -> Adapter:
 
 def _import_attr(spec: str, what: str) -> Any:
     from specaudit.errors import TargetLoadError
-    from specaudit.loading import load_object
+    from specaudit.contract.targets import load_object
 
     try:
         return load_object(spec)

@@ -32,11 +32,11 @@ SCRIPTED_MARKER = "scripted"
 
 
 def is_scripted(rng: Any) -> bool:
-    """Return True for a scripted-uniform source: a ``specaudit.adversarial.ScriptedUniforms``, or
+    """Return True for a scripted-uniform source: a ``specaudit.contract.uniforms.ScriptedUniforms``, or
     any object whose class sets ``scripted = True`` and has ``random(size)``."""
     if getattr(type(rng), SCRIPTED_MARKER, False) is True:
         return True
-    from specaudit.adversarial import ScriptedUniforms
+    from specaudit.contract.uniforms import ScriptedUniforms
 
     return isinstance(rng, ScriptedUniforms)
 

@@ -1,6 +1,6 @@
 """SGLang's tree verifier ``tree_speculative_sampling_target_only``: ``--adapter sglang_tree``.
 
-Drives a target with sgl-kernel's signature through the *tree* contract (:mod:`specaudit.tree`)::
+Drives a target with sgl-kernel's signature through the *tree* contract (:mod:`specaudit.contract.tree`)::
 
     tree_speculative_sampling_target_only(
         predicts[bs*n] int32 (out), accept_index[bs, D+1] int32 (out), accept_token_num[bs] int32 (out),
@@ -39,7 +39,7 @@ import numpy as np
 
 from specaudit.adapters import Adapter, Option
 from specaudit.errors import ContractError
-from specaudit.tree import tree_contract
+from specaudit.contract.tree import tree_contract
 
 
 def links(parent: np.ndarray, num_nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,6 @@
 """The reference verifier written in torch, for ``--adapter torch`` (Leviathan et al. 2023, Alg. 1).
 
-Same rule as :mod:`specaudit.reference`: draft ``x`` at position ``i`` is accepted when
+Same rule as :mod:`specaudit.verifiers.reference`: draft ``x`` at position ``i`` is accepted when
 ``u * q[i, x] < p[i, x]``; at the first rejection the token is drawn from
 ``norm(max(0, p - q))`` (from ``p`` when that residual is all zero); if every valid draft is
 accepted the bonus comes from ``p[num_draft]``. Vectorised over the batch; every draw comes from

@@ -30,7 +30,7 @@ import numpy as np
 from specaudit.adapters import DEVICE, DTYPE, Adapter, Option
 from specaudit.adapters.randomness import is_scripted, torch_source
 from specaudit.errors import ContractError
-from specaudit.sampling import sample_rows
+from specaudit.chains.sampling import sample_rows
 
 PLACEHOLDER = -1
 

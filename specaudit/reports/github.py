@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from specaudit.documents import scenario_checks
+from specaudit.results.document import scenario_checks
 
 
 def active(environ: Mapping[str, str] | None = None) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specaudit.reports import plots
-from specaudit.documents import scenario_checks
+from specaudit.results.document import scenario_checks
 from specaudit.results import Status, document_status, worst
 
 #: Data values longer than this (as JSON) are shown truncated in the raw-data box.

@@ -1,6 +1,6 @@
-"""JSON report: writes the results document (`specaudit.documents`), the input of every other report."""
+"""JSON report: writes the results document (`specaudit.results.document`), the input of every other report."""
 
-from specaudit.documents import (  # noqa: F401 - the reporter's interface
+from specaudit.results.document import (  # noqa: F401 - the reporter's interface
     SCHEMA_VERSION,
     document,
     from_dict,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specaudit.documents import scenario_checks
+from specaudit.results.document import scenario_checks
 
 
 def _text(v: Any) -> str:

@@ -93,7 +93,7 @@ def render_power(result: RunResult, console: Console, verbosity: int = 0) -> Non
 
 
 def render_plan(plans: list[Any], console: Console) -> None:
-    """Print ``specaudit plan`` answers (a list of ``specaudit.power.Plan``)."""
+    """Print ``specaudit plan`` answers (a list of ``specaudit.analysis.power.Plan``)."""
     for p in plans:
         console.print(Text.assemble(
             (p.scenario, "bold"),
@@ -115,7 +115,7 @@ def render_plan(plans: list[Any], console: Console) -> None:
 
 
 def render_selftest(result: Any, console: Console, verbosity: int = 0) -> None:
-    """Print a ``specaudit.selftest.SelftestResult``: calibration, the zoo, problems, verdict."""
+    """Print a ``specaudit.engine.selftest.SelftestResult``: calibration, the zoo, problems, verdict."""
     t = Table("scenario", "check", "KS p", "KS p (Holm)", "p <= alpha", title=(
         f"calibration: reference over {result.seeds} seeds, {result.samples:,} sequences per scenario"), title_justify="left")
     for c in result.checks:

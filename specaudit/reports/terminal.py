@@ -91,7 +91,7 @@ def _diagnosis(console: Console, s: ScenarioResult) -> None:
 
 
 def render_baseline(comparison: Any, console: Console, verbosity: int = 0) -> None:
-    """Print the comparison with a baseline run (a ``specaudit.baseline.Comparison``); -q: regressions only."""
+    """Print the comparison with a baseline run (a ``specaudit.analysis.baseline.Comparison``); -q: regressions only."""
     if verbosity >= 0:
         _baseline_table(comparison, console)
     for reg in comparison.regressions:

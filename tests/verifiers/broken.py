@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from specaudit.reference import verify as _reference
+from specaudit.verifiers.reference import verify as _reference
 
 
 def raises(draft, q, p, num_draft, rng):

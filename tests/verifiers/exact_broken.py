@@ -4,9 +4,9 @@ import time
 
 import numpy as np
 
-from specaudit.contract import assemble
-from specaudit.reference import verify as _reference
-from specaudit.sampling import final_token
+from specaudit.contract.chain import assemble
+from specaudit.verifiers.reference import verify as _reference
+from specaudit.chains.sampling import final_token
 
 
 def mutates_p(draft, q, p, num_draft, rng):
@@ -83,7 +83,7 @@ def zero_drafts_from_next(draft, q, p, num_draft, rng):
     out, n_out = _reference(draft, q, p, num_draft, rng)
     none = num_draft == 0
     if none.any() and p.shape[1] > 1:
-        from specaudit.sampling import sample_rows
+        from specaudit.chains.sampling import sample_rows
 
         out[none, 0] = sample_rows(p[none, 1], rng.random(int(none.sum())))
     return out, n_out

@@ -1,0 +1,585 @@
+"""Exact checks (``mode: exact``): corners, contract clauses, determinism, padding, inputs, adversarial uniforms.
+
+Statistics catch distribution bugs; many real bugs are exact (notes/peers.md) and show on one
+call with the right input. A scenario with ``mode: exact`` (the shipped ``corners`` is in the
+default suite) runs these probes instead of a simulation, on its vocab, k and chains: target
+rows give p, drafter rows give q. Each probe is a handful of small verifier calls; every call
+is validated against the contract (``contract.validate_output``) and its inputs are compared
+with copies taken before the call.
+
+=========================  ==========  =====================================================
+check                      category    property
+=========================  ==========  =====================================================
+corner-empty-batch         contract    B = 0 -> out (0, K+1), n_out (0,)
+corner-k0                  contract    K = 0 -> one token per row, p > 0
+corner-zero-drafts         contract    num_draft = 0 -> exactly one token per row, p > 0
+corner-p-equals-q          efficiency  p = q -> every draft accepted, n_out = num_draft + 1
+corner-one-hot             contract    one-hot target -> every emitted token is the argmax
+corner-one-hot-run         efficiency  ... accepted count = run of drafts equal to the argmax
+corner-greedy-drafter      efficiency  one-hot q at x -> accept w.p. p(x), residual p without x,
+                                       bonus ~ p_next (X^2, p-value under the run's Holm)
+determinism                contract    same seed -> same output; another seed -> another output
+padding-independence       contract    changing garbage past num_draft changes nothing
+adversarial-uniforms       contract    uniforms 0.0 / 1 - 2**-53: no p = 0 token, no id >= V
+inputs-unmodified          contract    draft, q, p, num_draft are never written to
+contract-clauses           contract    every clause of the contract held on every call
+=========================  ==========  =====================================================
+
+The p = q and one-hot corners run with a seeded Generator and with both phases of
+:class:`specaudit.contract.uniforms.ScriptedUniforms`. Efficiency corners hold for the chain rule
+(Leviathan et al. 2023), not for every lossless verifier (sample-and-match accepts less), so
+``--allow-inefficient`` keeps them from gating. A contract breach fails the check that met it,
+naming the clause; a crash or a timeout stops the scenario (ERROR, keeping the checks done).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from specaudit.stats import gof as stats
+from specaudit.contract.uniforms import ScriptedUniforms
+from specaudit.contract.chain import CLAUSES, validate_output
+from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
+from specaudit.results import Category, CheckResult, Status
+from specaudit.chains.sampling import sample_rows
+
+#: Rows of most probes (the greedy-drafter corner uses the scenario's ``samples``).
+PROBE_ROWS = 64
+#: Draft configurations (target row, greedy draft) of the greedy-drafter corner.
+GREEDY_CONFIGS = 4
+CONTRACT, EFFICIENCY = Category.CONTRACT, Category.EFFICIENCY
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """One verifier call's inputs in the canonical contract."""
+
+    draft: np.ndarray  # [B, K] int64
+    q: np.ndarray  # [B, K, V] float64
+    p: np.ndarray  # [B, K+1, V] float64
+    num_draft: np.ndarray  # [B] int64
+
+    @property
+    def vocab(self) -> int:
+        """Return V."""
+        return self.p.shape[-1]
+
+    def copy(self) -> "Inputs":
+        """Return a deep copy."""
+        return Inputs(self.draft.copy(), self.q.copy(), self.p.copy(), self.num_draft.copy())
+
+    def first_change(self, after: "Inputs") -> str | None:
+        """Describe the first entry that differs in ``after`` (a verifier wrote into it), or None."""
+        for name in ("draft", "q", "p", "num_draft"):
+            a, b = getattr(self, name), getattr(after, name)
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return f"{name} changed shape/dtype from {a.shape} {a.dtype} to {b.shape} {b.dtype}"
+            diff = ~((a == b) | (np.isnan(a) & np.isnan(b)) if a.dtype.kind == "f" else (a == b))
+            if diff.any():
+                where = tuple(int(i) for i in np.argwhere(diff)[0])
+                return f"{name}{list(where)} {a[where]:.6g} -> {b[where]:.6g} ({int(diff.sum())} entries changed)"
+        return None
+
+
+@dataclass(frozen=True)
+class ExactOutcome:
+    """What the exact probes of one scenario found."""
+
+    checks: tuple[CheckResult, ...]
+    error: BaseException | None = None  # VerifierCrash / VerifierTimeout that stopped the probes
+    calls: int = 0
+    verifier_seconds: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _result(name: str, category: Category, ok: bool, summary: str, **data: Any) -> CheckResult:
+    return CheckResult(name, category, Status.PASSED if ok else Status.FAILED, summary, data=data)
+
+
+def _skipped(name: str, category: Category, reason: str) -> CheckResult:
+    return CheckResult(name, category, Status.SKIPPED, f"not applicable: {reason}", data={"reason": reason})
+
+
+class Prober:
+    """Calls the verifier on probe inputs, validating every output and watching the inputs."""
+
+    def __init__(self, verify: Callable[..., Any], spec: Any, seed: int):
+        self.verify = verify
+        self.target, self.drafter = spec.chains()
+        self.vocab, self.k = spec.vocab, spec.k
+        self.samples, self.batch = spec.samples, spec.batch
+        self.seed = seed
+        self.calls = self.rows = 0
+        self.seconds = 0.0
+        self.check = ""  # name of the check now probing
+        self.breaches: list[tuple[str, str, str]] = []  # (check, clause, message)
+        self.mutations: list[tuple[str, str]] = []  # (check, what changed)
+
+    def rng(self, tag: str) -> np.random.Generator:
+        """Return a Generator fixed by the scenario seed and ``tag``."""
+        return np.random.default_rng(np.random.SeedSequence([self.seed, zlib.crc32(tag.encode())]))
+
+    def call(self, inputs: Inputs, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Call the verifier on a copy of ``inputs``; return validated ``(out, n_out)``; record breaches and writes."""
+        given = inputs.copy()  # the verifier gets a copy: ``inputs`` stays pristine for the checks
+        t0 = time.perf_counter()
+        try:
+            result = self.verify(given.draft, given.q, given.p, given.num_draft, rng)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+            self.rows += inputs.draft.shape[0]
+        change = inputs.first_change(given)
+        if change is not None:
+            self.mutations.append((self.check, change))
+        try:
+            return validate_output(result, inputs.draft, inputs.num_draft, self.vocab)
+        except ContractError as exc:
+            self.breaches.append((self.check, exc.clause, exc.detail))
+            raise
+
+    # ---- input builders -------------------------------------------------------------------
+
+    def rows_of(self, chain: Any, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Return ``n`` next-token laws [n, V] of ``chain`` in random states."""
+        return np.asarray(chain.probs(rng.integers(chain.n_states, size=n)), dtype=np.float64)
+
+    def garbage(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Return ``n`` random laws with every entry > 0 (padding is never zeros)."""
+        g = rng.dirichlet(np.ones(self.vocab), size=n) + 1e-3
+        return g / g.sum(axis=1, keepdims=True)
+
+    def standard(self, rng: np.random.Generator, batch: int, k: int | None = None, num_draft: Any = None) -> Inputs:
+        """Return a ragged batch: p from target rows, q from drafter rows, drafts drawn from q, garbage padding."""
+        k = self.k if k is None else k
+        v = self.vocab
+        p = self.rows_of(self.target, batch * (k + 1), rng).reshape(batch, k + 1, v)
+        q = self.rows_of(self.drafter, batch * k, rng).reshape(batch, k, v)
+        draft = sample_rows(q.reshape(-1, v), rng.random(batch * k)).reshape(batch, k).astype(np.int64)
+        nd = rng.integers(0, k + 1, size=batch) if num_draft is None else np.broadcast_to(num_draft, (batch,))
+        nd = np.array(nd, dtype=np.int64)
+        pad = np.arange(k)[None, :] >= nd[:, None]
+        draft[pad] = rng.integers(v, size=int(pad.sum()))
+        q[pad] = self.garbage(int(pad.sum()), rng)
+        pad_p = np.arange(k + 1)[None, :] > nd[:, None]
+        p[pad_p] = self.garbage(int(pad_p.sum()), rng)
+        return Inputs(draft, q, p, nd)
+
+
+def _emitted(n_out: np.ndarray, width: int) -> np.ndarray:
+    return np.arange(width)[None, :] < n_out[:, None]
+
+
+def _zero_p_emitted(inputs: Inputs, out: np.ndarray, n_out: np.ndarray) -> list[str]:
+    """Return 'row b position j: token t has p = 0' for every emitted token of target probability 0."""
+    emitted = _emitted(n_out, out.shape[1])
+    tok = np.where(emitted, out, 0)
+    p_tok = np.take_along_axis(inputs.p, tok[..., None], axis=2)[..., 0]
+    rows, cols = np.nonzero(emitted & (p_tok <= 0))
+    return [f"row {b} position {j}: token {out[b, j]} has p = 0" for b, j in zip(rows.tolist(), cols.tolist())]
+
+
+def _rng_sources(pr: Prober, tag: str) -> list[tuple[str, np.random.Generator]]:
+    """Return a seeded Generator and both phases of ScriptedUniforms, labelled."""
+    return [
+        ("seeded rng", pr.rng(tag)),
+        ("uniforms 0.0, 1-2**-53, ...", ScriptedUniforms(0)),
+        ("uniforms 1-2**-53, 0.0, ...", ScriptedUniforms(1)),
+    ]
+
+
+# ---- corners -------------------------------------------------------------------------------
+
+
+def corner_empty_batch(pr: Prober) -> CheckResult:
+    """B = 0: out has shape (0, K+1) and n_out (0,)."""
+    k, v = pr.k, pr.vocab
+    empty = Inputs(np.zeros((0, k), np.int64), np.zeros((0, k, v)), np.zeros((0, k + 1, v)), np.zeros(0, np.int64))
+    pr.call(empty, pr.rng("empty"))
+    return _result("corner-empty-batch", CONTRACT, True, f"B = 0: out (0, {k + 1}) and n_out (0,), integer dtypes")
+
+
+def _one_token_rows(name: str, pr: Prober, inputs: Inputs, what: str) -> CheckResult:
+    out, n_out = pr.call(inputs, pr.rng(name))
+    bad = np.flatnonzero(n_out != 1)
+    if bad.size:
+        b = int(bad[0])
+        return _result(name, CONTRACT, False, f"{what}: row {b} emitted {n_out[b]} tokens, expected exactly 1", rows=bad[:10].tolist())
+    zero = _zero_p_emitted(inputs, out, n_out)
+    if zero:
+        return _result(name, CONTRACT, False, f"{what}: {zero[0]} ({len(zero)} rows)", rows=zero[:10])
+    return _result(name, CONTRACT, True, f"{what}: one token per row, each with p > 0 ({inputs.draft.shape[0]} rows)")
+
+
+def corner_k0(pr: Prober) -> CheckResult:
+    """K = 0: draft (B, 0), p (B, 1, V): one token from p per row."""
+    inputs = pr.standard(pr.rng("k0/inputs"), PROBE_ROWS, k=0)
+    return _one_token_rows("corner-k0", pr, inputs, "K = 0")
+
+
+def corner_zero_drafts(pr: Prober) -> CheckResult:
+    """num_draft = 0 on every row (K slots of garbage): exactly one token from p[:, 0]."""
+    inputs = pr.standard(pr.rng("zero-drafts/inputs"), PROBE_ROWS, num_draft=0)
+    return _one_token_rows("corner-zero-drafts", pr, inputs, f"num_draft = 0 of K = {pr.k}")
+
+
+def corner_p_equals_q(pr: Prober) -> CheckResult:
+    """p = q at every draft position: u q(x) < p(x) for any u < 1, so every draft is accepted."""
+    name = "corner-p-equals-q"
+    if pr.k == 0:
+        return _skipped(name, EFFICIENCY, "k = 0: no draft to accept")
+    inputs = pr.standard(pr.rng("p=q/inputs"), PROBE_ROWS)
+    valid = np.arange(pr.k)[None, :] < inputs.num_draft[:, None]
+    inputs.q[valid] = inputs.p[:, : pr.k][valid]
+    draft = sample_rows(inputs.q.reshape(-1, pr.vocab), pr.rng("p=q/drafts").random(inputs.q.shape[0] * pr.k))
+    inputs.draft[valid] = draft.reshape(inputs.draft.shape)[valid]
+    for label, rng in _rng_sources(pr, "p=q"):
+        out, n_out = pr.call(inputs.copy(), rng)
+        bad = np.flatnonzero(n_out != inputs.num_draft + 1)
+        if bad.size:
+            b = int(bad[0])
+            return _result(
+                name, EFFICIENCY, False,
+                f"p = q ({label}): row {b} has n_out = {n_out[b]}, expected num_draft + 1 = {inputs.num_draft[b] + 1} "
+                f"({bad.size} of {n_out.size} rows): a draft with p = q must always be accepted, then a bonus drawn",
+                rows=bad[:10].tolist(), source=label,
+            )
+    return _result(name, EFFICIENCY, True, f"p = q: every draft accepted, n_out = num_draft + 1 on {PROBE_ROWS} ragged rows x 3 uniform sources")
+
+
+def corner_one_hot(pr: Prober) -> list[CheckResult]:
+    """One-hot target: tokens are the argmax; accepted count = run of drafts equal to it."""
+    rng = pr.rng("one-hot/inputs")
+    inputs = pr.standard(rng, PROBE_ROWS)
+    b_count, k, v = inputs.draft.shape[0], pr.k, pr.vocab
+    top = np.argmax(pr.rows_of(pr.target, b_count * (k + 1), rng), axis=1).reshape(b_count, k + 1)
+    inputs.p[:] = 0.0
+    np.put_along_axis(inputs.p, top[..., None], 1.0, axis=2)
+    valid = np.arange(k)[None, :] < inputs.num_draft[:, None]
+    # half the drafts are the argmax (where q gives it mass), the rest stay as drawn from q
+    can = np.take_along_axis(inputs.q, top[:, :k, None], axis=2)[..., 0] > 0
+    hit = valid & can & (rng.random((b_count, k)) < 0.5)
+    inputs.draft[hit] = top[:, :k][hit]
+    run = np.cumprod(valid & (inputs.draft == top[:, :k]), axis=1).sum(axis=1)
+    token_fail = run_fail = None
+    for label, src in _rng_sources(pr, "one-hot"):
+        out, n_out = pr.call(inputs.copy(), src)
+        wrong = _emitted(n_out, k + 1) & (out != top)
+        if token_fail is None and wrong.any():
+            b, j = (int(x) for x in np.argwhere(wrong)[0])
+            token_fail = (
+                f"one-hot target ({label}): row {b} position {j} emitted {out[b, j]}, the target's only token is "
+                f"{top[b, j]} (drafts {inputs.draft[b, : inputs.num_draft[b]].tolist()}, output {out[b, : n_out[b]].tolist()}); "
+                f"{int(wrong.any(axis=1).sum())} of {b_count} rows wrong"
+            )
+        short = np.flatnonzero(n_out != run + 1)
+        if run_fail is None and short.size:
+            b = int(short[0])
+            run_fail = (
+                f"one-hot target ({label}): row {b} accepted {n_out[b] - 1} drafts, the run of drafts equal to the "
+                f"argmax is {run[b]} ({short.size} of {b_count} rows)"
+            )
+    return [
+        _result("corner-one-hot", CONTRACT, token_fail is None,
+                token_fail or f"one-hot target: every emitted token is the argmax ({b_count} ragged rows x 3 uniform sources)"),
+        _result("corner-one-hot-run", EFFICIENCY, run_fail is None,
+                run_fail or "one-hot target: accepted count = run of drafts equal to the argmax, replacement = argmax"),
+    ]
+
+
+def corner_greedy_drafter(pr: Prober) -> CheckResult:
+    """Greedy drafter (one-hot q at x): accept w.p. p(x), residual p without x, bonus ~ p_next.
+
+    Notes
+    -----
+    With q = one-hot(x), norm(max(p - q, 0)) is p with x removed, renormalised, so the outcome
+    (accepted and bonus z) has probability p(x) p_next(z) and (rejected, replacement y) has
+    p(y) for y != x, 0 for y = x. Pearson X^2 of the 2V outcome counts per configuration (cells
+    merged by expected count, `stats.goodness_of_fit`), summed over the independent
+    configurations with their degrees of freedom; any outcome of probability 0 fails outright.
+    """
+    name = "corner-greedy-drafter"
+    if pr.k == 0:
+        return _skipped(name, EFFICIENCY, "k = 0: no draft to verify")
+    rng = pr.rng("greedy-drafter/inputs")
+    v, k = pr.vocab, pr.k
+    # candidate (target row, greedy draft) pairs; keep those with p(x) nearest 1/2 (most informative),
+    # chosen from the inputs alone, before any verifier output is seen
+    cand = 16 * GREEDY_CONFIGS
+    p0 = pr.rows_of(pr.target, cand, rng)
+    x = np.argmax(pr.rows_of(pr.drafter, cand, rng), axis=1)  # the greedy drafter's token
+    _, distinct = np.unique(np.column_stack([p0, x]), axis=0, return_index=True)
+    distinct = np.sort(distinct)
+    order = np.argsort(np.abs(p0[distinct, x[distinct]] - 0.5), kind="stable")
+    keep = np.resize(distinct[order][:GREEDY_CONFIGS], GREEDY_CONFIGS)  # repeats only if too few distinct
+    p0, x = p0[keep], x[keep]
+    p1 = pr.rows_of(pr.target, GREEDY_CONFIGS, rng)
+    counts = np.zeros((GREEDY_CONFIGS, 2 * v), dtype=np.int64)
+    verifier_rng = pr.rng("greedy-drafter/verifier")
+    total = max(pr.samples, GREEDY_CONFIGS)
+    for start in range(0, total, pr.batch):
+        n = min(pr.batch, total - start)
+        cfg = (start + np.arange(n)) % GREEDY_CONFIGS
+        inputs = pr.standard(rng, n, num_draft=1)
+        inputs.draft[:, 0] = x[cfg]
+        inputs.q[:, 0] = 0.0
+        inputs.q[np.arange(n), 0, x[cfg]] = 1.0
+        inputs.p[:, 0], inputs.p[:, 1] = p0[cfg], p1[cfg]
+        out, n_out = pr.call(inputs, verifier_rng)
+        cell = np.where(n_out >= 2, out[:, 1], v + out[:, 0])
+        np.add.at(counts, (cfg, cell), 1)
+    fits, laws = [], []
+    for c in range(GREEDY_CONFIGS):
+        reject = p0[c].copy()
+        reject[x[c]] = 0.0
+        law = np.concatenate([p0[c, x[c]] * p1[c], reject])
+        laws.append(law)
+        fits.append(stats.goodness_of_fit(counts[c], law / law.sum()))
+    statistic = float(sum(f.statistic for f in fits))
+    df = int(sum(f.df for f in fits))
+    impossible = int(sum(f.impossible for f in fits))
+    pvalue = 0.0 if impossible else (stats.chi2_sf(statistic, df) if df else 1.0)
+    accepted = counts[:, :v].sum(axis=1) / np.maximum(counts.sum(axis=1), 1)
+    exact_acc = p0[np.arange(GREEDY_CONFIGS), x]
+    summary = (
+        f"greedy drafter: acceptance {np.round(accepted, 3).tolist()} vs p(x) {np.round(exact_acc, 3).tolist()}; "
+        f"X^2 = {statistic:.1f} on {df} df over {counts.sum():,} rows"
+    )
+    if impossible:
+        summary = f"{impossible} outcomes of probability 0 (a rejected draft re-emitted, or a p = 0 token); " + summary
+    data = {"observed": counts.tolist(), "expected": [(law * counts[c].sum()).tolist() for c, law in enumerate(laws)],
+            "acceptance": accepted.tolist(), "acceptance_exact": exact_acc.tolist(), "impossible": impossible}
+    return CheckResult(name, EFFICIENCY, Status.PENDING, summary, statistic, pvalue, df, data=data)
+
+
+# ---- contract: determinism, padding, adversarial uniforms, inputs -----------------------------
+
+
+def _same(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int | None:
+    """Return the first row where two outputs differ, or None."""
+    rows = np.flatnonzero((a[0] != b[0]).any(axis=1) | (a[1] != b[1]))
+    return int(rows[0]) if rows.size else None
+
+
+def determinism(pr: Prober) -> CheckResult:
+    """Same seed -> identical output; when the verifier draws from rng, another seed -> another output."""
+    name = "determinism"
+    rng = pr.rng("determinism/inputs")
+    ragged = pr.standard(rng, PROBE_ROWS)
+    v, k = pr.vocab, pr.k
+    # no drafts, p uniform: every lossless verifier emits one token uniform over V per row, so two
+    # seeds agree on all rows with probability V**-64
+    flat = Inputs(rng.integers(v, size=(PROBE_ROWS, k)), np.full((PROBE_ROWS, k, v), 1.0 / v),
+                  np.full((PROBE_ROWS, k + 1, v), 1.0 / v), np.zeros(PROBE_ROWS, dtype=np.int64))
+    seeds = [int(s) for s in pr.rng("determinism/seeds").integers(2**32, size=2)]
+    drew = False
+    for label, inputs in (("ragged", ragged), ("zero-draft uniform", flat)):
+        g = np.random.default_rng(seeds[0])
+        before = g.bit_generator.state
+        first = pr.call(inputs.copy(), g)
+        drew |= g.bit_generator.state != before
+        second = pr.call(inputs.copy(), np.random.default_rng(seeds[0]))
+        b = _same(first, second)
+        if b is not None:
+            return _result(
+                name, CONTRACT, False,
+                f"same seed {seeds[0]}, same {label} inputs, different outputs: row {b} gave "
+                f"{first[0][b].tolist()} then {second[0][b].tolist()}: the verifier draws from a source other than rng",
+                row=b,
+            )
+    if not drew:
+        return _result(name, CONTRACT, True, "same seed -> identical outputs; the verifier never drew from rng (seed change not testable)", drew=False)
+    other = pr.call(flat.copy(), np.random.default_rng(seeds[1]))
+    if _same(first, other) is None:
+        return _result(
+            name, CONTRACT, False,
+            f"seeds {seeds[0]} and {seeds[1]} gave identical outputs on {PROBE_ROWS} zero-draft rows whose token is uniform "
+            f"over V = {v} (chance {v}**-{PROBE_ROWS}): the verifier draws from rng but ignores its seed (vLLM #6038 class)",
+            drew=True,
+        )
+    return _result(name, CONTRACT, True, "same seed -> identical outputs; another seed -> different outputs", drew=True)
+
+
+def padding_independence(pr: Prober) -> CheckResult:
+    """Changing only what lies past num_draft (drafts, q rows, p rows after the bonus) changes nothing."""
+    name = "padding-independence"
+    if pr.k == 0:
+        return _skipped(name, CONTRACT, "k = 0: no padding positions")
+    rng = pr.rng("padding/inputs")
+    base = pr.standard(rng, PROBE_ROWS, num_draft=rng.integers(0, pr.k, size=PROBE_ROWS))  # every row padded
+    v, k = pr.vocab, pr.k
+    pad = np.arange(k)[None, :] >= base.num_draft[:, None]
+    pad_p = np.arange(k + 1)[None, :] > base.num_draft[:, None]
+
+    def variant(token: int) -> Inputs:
+        law = np.full(v, 0.1 / (v - 1))
+        law[token] = 0.9
+        x = base.copy()
+        x.draft[pad], x.q[pad], x.p[pad_p] = token, law, law
+        return x
+
+    seed = int(pr.rng("padding/seed").integers(2**32))
+    low = pr.call(variant(0), np.random.default_rng(seed))
+    again = pr.call(variant(0), np.random.default_rng(seed))
+    if _same(low, again) is not None:
+        return _skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see determinism)")
+    high = pr.call(variant(v - 1), np.random.default_rng(seed))
+    b = _same(low, high)
+    if b is not None:
+        return _result(
+            name, CONTRACT, False,
+            f"only the padding past num_draft changed (token 0 vs {v - 1}, same seed) and row {b} (num_draft = "
+            f"{base.num_draft[b]}) went from {low[0][b].tolist()} to {high[0][b].tolist()}: the verifier reads padding "
+            f"(flashinfer #879, vLLM PR #46533 class)",
+            row=b,
+        )
+    return _result(name, CONTRACT, True, f"output unchanged when the padding past num_draft changes ({PROBE_ROWS} rows, same seed)")
+
+
+def adversarial_inputs(pr: Prober) -> Inputs:
+    """Return rows that expose boundary bugs at u = 0 and u = 1 - 2**-53 (33 rows, three kinds).
+
+    Kind 0: every draft has p = 0 (q > 0) and p is peaked with zeros on the upper half, so the
+    residual is peaked with trailing zeros. Kind 1: p = q (drafts always accepted), a bonus law
+    with trailing zeros. Kind 2: ragged rows, p = 0 drafts, padding past num_draft.
+    """
+    v, k = pr.vocab, pr.k
+    rng = pr.rng("adversarial/inputs")
+    rows = 33
+    base = pr.standard(rng, rows, num_draft=k)
+    peaked = 2.0 ** -np.arange(v)
+    peaked[max(1, v // 2):] = 0.0
+    peaked /= peaked.sum()
+    head = max(1, min(3, v - 1))
+    thirds = np.where(np.arange(v) < head, 1.0 / head, 0.0)
+    uniform = np.full(v, 1.0 / v)
+    kind = np.arange(rows) % 3
+    for b in range(rows):
+        if kind[b] == 0:
+            base.p[b], base.q[b], base.draft[b] = peaked, uniform, v - 1
+        elif kind[b] == 1:
+            base.p[b], base.q[b] = thirds, thirds
+            base.draft[b] = np.arange(k) % head
+        else:
+            nd = b % (k + 1)
+            base.num_draft[b] = nd
+            base.p[b, : nd + 1], base.q[b, :nd], base.draft[b, :nd] = thirds, uniform, v - 1
+    return base
+
+
+def adversarial_uniforms(pr: Prober) -> CheckResult:
+    """Uniforms 0.0 and 1 - 2**-53 (both phases): no token of probability 0, no id outside [0, V)."""
+    name = "adversarial-uniforms"
+    inputs = adversarial_inputs(pr)
+    findings: list[str] = []
+    draws, unscripted = 0, False
+    for start in (0, 1):
+        src = ScriptedUniforms(start, seed=pr.seed)
+        label = "0.0 first" if start == 0 else "1 - 2**-53 first"
+        try:
+            out, n_out = pr.call(inputs.copy(), src)
+        except ContractError as exc:
+            if exc.clause != "vocab-range":
+                raise
+            findings.append(f"[vocab-range] ({label}) {exc.detail}")
+            out = None
+        draws += src.draws
+        unscripted |= src.unscripted
+        if out is not None:
+            findings += [f"({label}) {z}" for z in _zero_p_emitted(inputs, out, n_out)]
+    if findings:
+        return _result(
+            name, CONTRACT, False,
+            f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53 "
+            "(sglang #35771: u <= p/q accepts p = 0 at u = 0; vLLM #20531: id == V at u -> 1)",
+            findings=findings[:20], draws=draws,
+        )
+    if draws == 0:
+        why = ("it drew only through Generator methods that ScriptedUniforms does not script"
+               if unscripted else "the verifier never drew from the rng it was given")
+        return _skipped(name, CONTRACT, f"{why}, so no adversarial uniform reached it; a verifier on a framework RNG needs "
+                        "an adapter that substitutes specaudit.contract.uniforms.ScriptedUniforms for it")
+    return _result(name, CONTRACT, True, f"{draws} scripted uniforms (0.0, 1 - 2**-53) reached the verifier: no token of "
+                   f"probability 0, every id in [0, {pr.vocab}) on {inputs.draft.shape[0]} rows x 2 phases", draws=draws)
+
+
+def inputs_unmodified(pr: Prober) -> CheckResult:
+    """No call wrote into draft, q, p or num_draft (copies compared after every call)."""
+    name = "inputs-unmodified"
+    pr.call(pr.standard(pr.rng("inputs/inputs"), PROBE_ROWS), pr.rng("inputs"))
+    if pr.mutations:
+        where, change = pr.mutations[0]
+        return _result(
+            name, CONTRACT, False,
+            f"the verifier writes into its inputs: {change} (in {where}); {len(pr.mutations)} of {pr.calls} calls "
+            "(vllm-ascend PR #2881 zeroed target_probs in place)",
+            mutations=[f"{w}: {c}" for w, c in pr.mutations[:10]],
+        )
+    return _result(name, CONTRACT, True, f"draft, q, p and num_draft unchanged after all {pr.calls} calls")
+
+
+def contract_clauses(pr: Prober) -> CheckResult:
+    """Every clause of the contract held on every probe call."""
+    name = "contract-clauses"
+    if pr.breaches:
+        clauses = sorted({c for _, c, _ in pr.breaches})
+        where, clause, message = pr.breaches[0]
+        return _result(
+            name, CONTRACT, False,
+            f"clause(s) {', '.join(clauses)} broken on {len(pr.breaches)} call(s); first in {where}: [{clause}] {message}",
+            clauses=clauses,
+        )
+    return _result(name, CONTRACT, True, f"all {len(CLAUSES)} clauses held on {pr.calls} calls ({pr.rows:,} rows)")
+
+
+#: (name, category, probe) in run order; a probe returns one result or several.
+EXACT_CHECKS: list[tuple[str, Category, Callable[[Prober], CheckResult | list[CheckResult]]]] = [
+    ("corner-empty-batch", CONTRACT, corner_empty_batch),
+    ("corner-k0", CONTRACT, corner_k0),
+    ("corner-zero-drafts", CONTRACT, corner_zero_drafts),
+    ("corner-p-equals-q", EFFICIENCY, corner_p_equals_q),
+    ("corner-one-hot", CONTRACT, corner_one_hot),
+    ("corner-greedy-drafter", EFFICIENCY, corner_greedy_drafter),
+    ("determinism", CONTRACT, determinism),
+    ("padding-independence", CONTRACT, padding_independence),
+    ("adversarial-uniforms", CONTRACT, adversarial_uniforms),
+    ("inputs-unmodified", CONTRACT, inputs_unmodified),
+    ("contract-clauses", CONTRACT, contract_clauses),
+]
+
+
+def run_exact(
+    verify: Callable[..., Any], spec: Any, seed: int, gate_efficiency: bool = True, contract: str = "probs"
+) -> ExactOutcome:
+    """Run every exact probe on ``verify`` (already ``contract.guarded``) with the scenario's vocab, k and chains.
+
+    A contract breach fails the probe that met it (the clause is named); a VerifierCrash or
+    VerifierTimeout stops the probes and is returned as ``error`` with the checks done so far.
+    """
+    if contract != "probs" or getattr(spec, "algorithm", "chain") != "chain":
+        why = f"contract {contract!r}" if contract != "probs" else f"algorithm {spec.algorithm!r}"
+        return ExactOutcome((_skipped("exact-checks", CONTRACT, f"the exact probes speak the canonical chain contract, not {why}"),))
+    pr = Prober(verify, spec, seed)
+    results: list[CheckResult] = []
+    error: BaseException | None = None
+    for name, category, probe in EXACT_CHECKS:
+        pr.check = name
+        try:
+            found = probe(pr)
+        except ContractError as exc:
+            found = _result(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause)
+        except (VerifierCrash, VerifierTimeout) as exc:
+            error = type(exc)(f"{name}: {exc}", exc.user_traceback)
+            break
+        for r in found if isinstance(found, list) else [found]:
+            if r.category is Category.EFFICIENCY and not gate_efficiency:
+                r = replace(r, gate=False)
+            results.append(r)
+    info = {"mode": "exact", "rows": pr.rows}
+    return ExactOutcome(tuple(results), error, pr.calls, pr.seconds, info)

@@ -1,0 +1,183 @@
+"""Checks: each binds one property of a scenario to one statistic and returns a CheckResult.
+
+A check is a function ``(measured: Measured) -> CheckResult | None`` (None: does not apply)
+registered in ``STATISTICAL_CHECKS``. Its p-value is raw; the runner applies Holm over the run
+and turns PENDING into a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from specaudit.laws import chain as exact
+
+from specaudit.stats import gof as stats
+from specaudit.chains.tabular import TabularChain
+from specaudit.results import Category, CheckResult, Status
+from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
+from specaudit.simulate.chain import JointCounts, RoundStats
+
+#: How many most-deviating cells a joint-law result keeps for reports.
+TOP_CELLS = 8
+#: Joint laws with at most this many cells are stored whole in the result (for plots).
+STORE_CELLS = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class Measured:
+    """What one scenario's simulation produced, with its exact references (computed lazily)."""
+
+    scenario: Scenario
+    target: TabularChain
+    draft: TabularChain
+    rounds: RoundStats
+    joint: JointCounts | None
+    method: str = "pearson"
+    greedy: "GreedyMatch | None" = None  # greedy mode: sequences compared with greedy decoding
+    extra: Mapping[str, Any] = field(default_factory=dict)  # more sinks by name: "prefix", "pit" (issue 7)
+
+    @cached_property
+    def horizon(self) -> exact.HorizonLaw:
+        """Return the exact finite-horizon round law of the scenario's algorithm (chain, block, tree)."""
+        from specaudit.laws import tree_block as exact_multi
+
+        return exact_multi.horizon(self.scenario, self.target, self.draft)
+
+
+def _cell_label(index: int, vocab: int, length: int) -> list[int]:
+    return [int(x) for x in np.unravel_index(index, (vocab,) * length)]
+
+
+def _deviations(observed: np.ndarray, expected: np.ndarray, vocab: int, length: int) -> list[dict]:
+    """Return the cells with the largest standardised residuals (obs - exp) / sqrt(exp)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        resid = np.where(expected > 0, (observed - expected) / np.sqrt(expected), np.where(observed > 0, np.inf, 0.0))
+    top = np.argsort(-np.abs(resid), kind="stable")[:TOP_CELLS]
+    return [
+        {
+            "cell": _cell_label(int(i), vocab, length),
+            "observed": int(observed[i]),
+            "expected": float(expected[i]),
+            "residual": float(resid[i]),
+        }
+        for i in top
+        if observed[i] or expected[i]
+    ]
+
+
+def joint_law(m: Measured) -> CheckResult | None:
+    """Test the law of whole generated sequences against the target's joint law."""
+    if m.joint is None:
+        return None
+    sc = m.scenario
+    probs = exact.joint_probabilities(m.target, sc.length)
+    fit = stats.goodness_of_fit(m.joint.counts, probs, method=m.method)
+    expected = probs * fit.n
+    data = {
+        "method": fit.method,
+        "n": fit.n,
+        "cells": fit.cells,
+        "groups": fit.groups,
+        "impossible": fit.impossible,
+        "tv": fit.tv,
+        "tv_null": fit.tv_null,
+        "effect_size": fit.effect_size(),
+        "top_cells": _deviations(m.joint.counts, expected, sc.vocab, sc.length),
+    }
+    if probs.size <= STORE_CELLS:
+        data["observed"] = m.joint.counts.tolist()
+        data["expected"] = expected.tolist()
+    name = "X^2" if fit.method == "pearson" else "G^2"
+    summary = f"{name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f} (null ~{fit.tv_null:.4f})"
+    if fit.impossible:
+        summary = f"{fit.impossible} sequences of target probability 0 were emitted; " + summary
+    return CheckResult(
+        "joint-law", Category.DISTRIBUTION, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
+    )
+
+
+def tokens_per_step(m: Measured) -> CheckResult | None:
+    """Compare mean tokens per verify call with its exact finite-horizon value."""
+    if not hasattr(m.target, "dist"):
+        return None  # lazy chains: no finite state space to run the exact recursion on
+    exact_tps = m.horizon.tokens_per_step
+    test = stats.ratio_test(m.rounds.moments, m.rounds.sequences, exact_tps)
+    lo, hi = test.ci()
+    data = {
+        "estimate": test.estimate,
+        "exact": exact_tps,
+        "stderr": test.stderr,
+        "ci999": [lo, hi],
+        "expected_rounds": m.horizon.expected_rounds,
+    }
+    alpha = exact.acceptance_rate(m.target.dist[0], m.draft.dist[0]) if m.target.n_states == m.draft.n_states == 1 else None
+    if alpha is not None:
+        data["alpha"] = alpha
+    summary = f"{test.estimate:.4f} tokens/step vs exact {exact_tps:.4f} (99.9% CI {lo:.4f}..{hi:.4f}, z = {test.statistic:+.2f})"
+    law = m.scenario.draft_law
+    algorithm = getattr(m.scenario, "algorithm", "chain")
+    if alpha is not None and law[-1] == 1.0 and algorithm == "chain":
+        k = len(law) - 1
+        data["closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
+        summary += f"; closed form (1 - a^{k + 1}) / (1 - a) = {data['closed_form']:.3f} at a = {alpha:.3f}"
+    elif alpha is not None and law[-1] == 1.0 and algorithm == "block":
+        from specaudit.laws.tree_block import block_expected_accepted  # Sun et al. 2403.10444: E[tau] = sum E[P_i]
+
+        k = len(law) - 1
+        data["closed_form"] = 1.0 + block_expected_accepted(m.target.dist[0], m.draft.dist[0], k)
+        data["chain_closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
+        summary += f"; block closed form 1 + E[tau] = {data['closed_form']:.4f} (chain: {data['chain_closed_form']:.4f})"
+    return CheckResult(
+        "tokens-per-step", Category.EFFICIENCY, Status.PENDING, summary, test.statistic, test.pvalue, data=data
+    )
+
+
+def accept_length(m: Measured) -> CheckResult | None:
+    """Test the first round's accepted-count law (i.i.d. across sequences) against the exact law."""
+    if not hasattr(m.target, "dist"):
+        return None  # lazy chains: the exact law would sum over V**K draft paths
+    from specaudit.laws import tree_block as exact_multi
+
+    law = exact_multi.first_round_accept_law(m.scenario, m.target, m.draft)
+    fit = stats.goodness_of_fit(m.rounds.accept_first, law, method=m.method)
+    total = m.rounds.accept_all.sum()
+    data = {
+        "observed_first": m.rounds.accept_first.tolist(),
+        "expected_first": (law * fit.n).tolist(),
+        "observed_all": (m.rounds.accept_all / max(total, 1)).tolist(),
+        "expected_all": m.horizon.accept_law.tolist(),
+        "tv": fit.tv,
+    }
+    name = "X^2" if fit.method == "pearson" else "G^2"
+    summary = f"first-round accepted counts: {name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f}"
+    if fit.impossible:
+        summary = f"{fit.impossible} rounds accepted a count of probability 0; " + summary
+    return CheckResult(
+        "accept-length", Category.EFFICIENCY, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
+    )
+
+
+STATISTICAL_CHECKS: list[Callable[[Measured], CheckResult | None]] = [joint_law, tokens_per_step, accept_length]
+
+from specaudit.checks.greedy import GreedyMatch, greedy_equality  # noqa: E402 - exact, greedy mode only (issue 4)
+
+STATISTICAL_CHECKS.append(greedy_equality)
+
+from specaudit.checks.processing import processing  # noqa: E402 - which processed quantity diverges (issue 8)
+
+STATISTICAL_CHECKS.append(processing)
+
+from specaudit.checks.pit import pit  # noqa: E402 - large V / L: randomised PIT omnibus (issue 7)
+from specaudit.checks.prefix import per_prefix  # noqa: E402 - large V / L: chain-rule tests (issue 7)
+
+STATISTICAL_CHECKS += [per_prefix, pit]
+
+
+def wants_joint(scenario: Scenario) -> bool:
+    """Return True when the joint law is small enough to enumerate (else per-prefix and PIT run)."""
+    return scenario.joint_cells <= MAX_JOINT_CELLS and not getattr(scenario, "lazy", False)

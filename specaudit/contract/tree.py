@@ -1,0 +1,182 @@
+"""The tree contract: a batch of draft trees verified in one call, and the validation of its output.
+
+::
+
+    verify_tree(tokens[B,N] int64, parent[B,N] int64, q[B,N,V] float64, p[B,N+1,V] float64,
+                num_nodes[B] int64, rng: np.random.Generator) -> (path[B,W] int64, final[B] int64)
+
+Row ``b`` holds a draft tree of ``num_nodes[b] <= N`` nodes (ragged trees: each row its own
+shape). Node ``j < num_nodes[b]`` carries the draft token ``tokens[b, j]``, drawn from
+``q[b, j]``, the law that token was *really* sampled from given its earlier siblings (the drafter's
+q for i.i.d. children, q with earlier siblings removed for sampling without replacement, one-hot
+for deterministic top-k). Its parent is ``parent[b, j]`` in ``[-1, j)``; -1 is the root, the
+context the round starts from. Nodes are in topological order (a parent before its children) and
+siblings are tested in index order (SpecInfer 2305.09781, Alg. 2).
+
+``p[b, 0]`` is the target law at the root; ``p[b, 1 + j]`` the target law after the path to node
+``j``: the position of ``j``'s children, or the bonus position when ``j`` is a leaf. Everything
+past ``num_nodes[b]`` (tokens, parents, q and p rows) is garbage the verifier must not read;
+specaudit fills padding parents with plausible values so that reading them changes the tree.
+
+The verifier returns the accepted path as node ids in root-to-leaf order, padded with -1 (any
+width ``W``), and the final token: the replacement drawn at the first node none of whose children
+was accepted, or the bonus at an accepted leaf. The round emits ``tokens[b, path[b]]`` then
+``final[b]``: accepted + 1 tokens.
+
+Each clause has a stable id, used in messages and reports. Block verification (Sun et al.
+2403.10444) keeps the chain contract of :mod:`specaudit.contract.chain`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from specaudit.contract.chain import as_int64
+from specaudit.errors import ContractError, UsageError
+
+#: Clause id -> what a tree verifier must do.
+CLAUSES: dict[str, str] = {
+    "tree-return": "return a pair (path, final)",
+    "tree-shape": "path has shape (B, W) for some W >= 0 and final has shape (B,)",
+    "tree-dtype": "path and final hold integers (not floats, NaN or inf)",
+    "tree-padding": "path[b] lists node ids, then only -1",
+    "tree-node-range": "every node id on path[b] lies in [0, num_nodes[b])",
+    "tree-path": "path[b, 0] is a child of the root and path[b, i] a child of path[b, i-1]",
+    "tree-vocab-range": "final[b] lies in [0, V)",
+}
+
+#: The contracts a verifier can follow; a scenario's algorithm picks one.
+CONTRACTS = ("chain", "tree")
+#: Which contract each scenario algorithm drives (block verification keeps the chain contract).
+CONTRACT_OF_ALGORITHM = {"chain": "chain", "block": "chain", "tree": "tree"}
+
+
+class TreeVerifier(Protocol):
+    """A callable in the tree contract."""
+
+    def __call__(
+        self,
+        tokens: np.ndarray,
+        parent: np.ndarray,
+        q: np.ndarray,
+        p: np.ndarray,
+        num_nodes: np.ndarray,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def tree_contract(func: F) -> F:
+    """Mark ``func`` as a verifier in the tree contract (sets ``func.specaudit_contract``)."""
+    func.specaudit_contract = "tree"  # type: ignore[attr-defined]
+    return func
+
+
+def contract_of(func: Callable[..., Any]) -> str:
+    """Return the contract ``func`` follows: its declared ``specaudit_contract``, else by signature.
+
+    Without a declaration, a verifier with a positional parameter named ``parent`` or ``parents``
+    follows the tree contract; anything else is taken to follow the chain contract.
+    """
+    declared = getattr(func, "specaudit_contract", None)
+    if declared is not None:
+        if declared not in CONTRACTS:
+            raise UsageError(
+                f"specaudit_contract = {declared!r} on {getattr(func, '__qualname__', func)!r}; allowed: "
+                + ", ".join(repr(c) for c in CONTRACTS)
+            )
+        return str(declared)
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):  # builtins and C extensions without a signature
+        return "chain"
+    return "tree" if {"parent", "parents"} & set(params) else "chain"
+
+
+def check_compatible(func: Callable[..., Any], label: str, scenarios: Iterable[Any], payload: str = "probs") -> None:
+    """Raise UsageError when ``func``'s contract differs from what a scenario's algorithm drives.
+
+    ``scenarios`` are LoadedScenario objects (``.name``, ``.path``, ``.spec.algorithm``);
+    ``payload`` is the run's ``--contract`` (probs or logits; trees take probabilities only).
+    """
+    have = contract_of(func)
+    if have == "tree" and payload != "probs":
+        raise UsageError(
+            f"--contract {payload}: TARGET {label!r} follows the tree contract, which takes probabilities; "
+            "allowed: --contract probs (the default)"
+        )
+    for loaded in scenarios:
+        algorithm = getattr(loaded.spec, "algorithm", "chain")
+        want = CONTRACT_OF_ALGORITHM[algorithm]
+        if want != have:
+            if have == "chain":
+                fix = (
+                    "pass a tree verifier verify(tokens, parent, q, p, num_nodes, rng) (see specaudit.contract.tree), "
+                    "or choose chain/block scenarios (e.g. drop -s tag:tree)"
+                )
+            else:
+                fix = (
+                    "pass a chain verifier verify(draft, q, p, num_draft, rng), or choose tree scenarios "
+                    "(-s tag:tree)"
+                )
+            raise UsageError(
+                f"{loaded.path}: scenario {loaded.name!r} has algorithm: {algorithm}, which drives the "
+                f"{want} contract, but TARGET {label!r} follows the {have} contract; {fix}"
+            )
+
+
+def _first_bad_row(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))[0])
+
+
+def validate_tree_output(
+    result: Any, parent: np.ndarray, num_nodes: np.ndarray, vocab: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check a tree verifier's return value; return ``(path, accepted, final)`` as int64.
+
+    ``path`` is trimmed or padded to width ``max(accepted)``; ``accepted[b]`` counts the node
+    ids on row ``b``'s path. Raises ContractError naming the first clause broken and the row.
+    """
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise ContractError("tree-return", f"{CLAUSES['tree-return']}; got {type(result).__name__}")
+    path, final = (np.asarray(x) for x in result)
+    batch = parent.shape[0]
+    if path.ndim != 2 or path.shape[0] != batch or final.shape != (batch,):
+        raise ContractError(
+            "tree-shape", f"{CLAUSES['tree-shape']}: expected ({batch}, W) and ({batch},), got {path.shape} and {final.shape}"
+        )
+    path, final = as_int64("tree-dtype", CLAUSES["tree-dtype"], path=path, final=final)
+    on = path != -1
+    accepted = np.cumprod(on, axis=1).sum(axis=1) if path.shape[1] else np.zeros(batch, dtype=np.int64)
+    bad = on & (np.arange(path.shape[1])[None, :] >= accepted[:, None])
+    if bad.any():
+        b = _first_bad_row(bad)
+        raise ContractError("tree-padding", f"{CLAUSES['tree-padding']}: row {b} is {path[b].tolist()}")
+    bad = on & ((path < 0) | (path >= num_nodes[:, None]))
+    if bad.any():
+        b = _first_bad_row(bad)
+        raise ContractError(
+            "tree-node-range", f"{CLAUSES['tree-node-range']}: row {b} has path {path[b].tolist()}, num_nodes = {num_nodes[b]}"
+        )
+    if path.shape[1]:
+        safe = np.where(on, path, 0)
+        parents = np.take_along_axis(parent, safe, axis=1)
+        before = np.concatenate([np.full((batch, 1), -1, dtype=np.int64), path[:, :-1]], axis=1)
+        bad = on & (parents != before)
+        if bad.any():
+            b = _first_bad_row(bad)
+            raise ContractError(
+                "tree-path", f"{CLAUSES['tree-path']}: row {b} has path {path[b].tolist()} with parents {parents[b].tolist()}"
+            )
+    bad = (final < 0) | (final >= vocab)
+    if bad.any():
+        b = int(np.flatnonzero(bad)[0])
+        raise ContractError("tree-vocab-range", f"{CLAUSES['tree-vocab-range']} (V = {vocab}): row {b} has final = {final[b]}")
+    width = int(accepted.max()) if batch else 0
+    return path[:, :width], accepted, final

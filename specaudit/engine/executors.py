@@ -1,0 +1,274 @@
+"""Run scenarios' blocks in parallel, in shards, or on Ray (issue 7).
+
+Every scenario is cut into fixed-size, independently seeded blocks (:mod:`specaudit.engine.bench`);
+:func:`measure_units` schedules the blocks of all scenarios on an executor and merges each
+scenario's tallies in block order. What a block measures depends only on its scenario, seed and
+index, so the results do not depend on the executor, the number of jobs or the order in which
+blocks finish:
+
+- ``jobs=1``: blocks run in this process, one after another;
+- ``jobs=N``: blocks run in N forked processes (the verifier reaches them by fork, so it need not
+  be picklable); a scenario's blocks are spread over the workers, so one large scenario no
+  longer bounds the speed-up;
+- ``backend="ray"``: blocks run as Ray tasks (``ray.init(address=...)``, a local instance by
+  default); the prepared scenario (with the verifier) is shipped once per scenario with
+  cloudpickle, so the verifier must be importable or picklable there.
+
+With early stop, a scenario's blocks are only scheduled up to its next look; ``look`` decides at
+every look whether the scenario goes on (:mod:`specaudit.stats.sequential`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from specaudit.errors import ContractError, UsageError, VerifierCrash, VerifierTimeout
+from specaudit.results import ErrorInfo
+
+BACKENDS = ("local", "ray")
+
+
+@dataclass
+class Unit:
+    """One scenario to measure: its prepared bench, seed, the blocks to run and where to look."""
+
+    bench: Any  # specaudit.engine.bench.Bench
+    seed: int
+    blocks: list[int]  # the blocks this run measures, ascending (all, or a shard's)
+    looks: list[int] = field(default_factory=list)  # how many of ``blocks`` are done at each look; last = all
+
+    def __post_init__(self) -> None:
+        if not self.looks or self.looks[-1] != len(self.blocks):
+            self.looks = [*(x for x in self.looks if x < len(self.blocks)), len(self.blocks)]
+
+
+@dataclass
+class Outcome:
+    """What measuring a unit produced: the merged tally at its last look, or the error that ended it."""
+
+    tally: Any = None  # specaudit.engine.bench.Tally
+    error: ErrorInfo | None = None
+    looks: int = 0  # looks taken
+    stopped: bool = False  # stopped at an interim look
+
+
+def _error_info(exc: BaseException) -> ErrorInfo:
+    from specaudit.engine.run import _error_info as convert
+
+    return convert(exc)
+
+
+@dataclass(frozen=True)
+class BlockError:
+    """A block the verifier broke (contract breach, crash, hang), and the seconds it ran."""
+
+    info: ErrorInfo
+    seconds: float
+
+
+def run_block(unit: Unit, block: int, progress: Callable[[int, int], None] | None = None) -> Any:
+    """Return the tally of one block, or a BlockError when the verifier broke the contract, crashed or hung."""
+    t0 = time.perf_counter()
+    try:
+        return unit.bench.run(unit.seed, block, progress)
+    except (ContractError, VerifierCrash, VerifierTimeout) as exc:
+        return BlockError(_error_info(exc), time.perf_counter() - t0)
+
+
+_UNITS: Sequence[Unit] = ()  # inherited by forked workers; never pickled
+
+
+def _forked(i: int, block: int) -> Any:
+    return run_block(_UNITS[i], block)
+
+
+class _Inline:
+    """Run each task at submission, in this process (jobs = 1)."""
+
+    slots = 1
+
+    def __init__(self, progress: Callable[[int, int, int], None] | None):
+        self.progress = progress
+
+    def submit(self, i: int, unit: Unit, block: int) -> Future:
+        tick = None if self.progress is None else (lambda done, total: self.progress(i, block, done))
+        fut: Future = Future()
+        try:
+            fut.set_result(run_block(unit, block, tick))
+        except BaseException as exc:  # noqa: BLE001 - re-raised by result(), like a pool's future
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            fut.set_exception(exc)
+        return fut
+
+    def close(self) -> None:
+        pass
+
+
+class _Forked:
+    """A pool of forked worker processes."""
+
+    def __init__(self, units: Sequence[Unit], jobs: int):
+        global _UNITS
+        _UNITS = units
+        self.slots = 2 * jobs  # keep every worker fed while the parent merges and evaluates
+        self.pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
+
+    def submit(self, i: int, unit: Unit, block: int) -> Future:
+        return self.pool.submit(_forked, i, block)
+
+    def close(self) -> None:
+        global _UNITS
+        self.pool.shutdown(wait=False, cancel_futures=True)  # an interrupt must not wait for running blocks
+        _UNITS = ()
+
+
+def _ray_block(payload: tuple[Any, int], block: int) -> Any:
+    bench, seed = payload
+    return run_block(Unit(bench, seed, [block]), block)
+
+
+class _Ray:
+    """Ray tasks on an existing cluster (``address``) or a local instance started here."""
+
+    def __init__(self, units: Sequence[Unit], jobs: int, address: str | None):
+        try:
+            import ray
+        except ImportError:
+            raise UsageError("--backend ray needs Ray: pip install 'specaudit[ray]'") from None
+        self.ray = ray
+        self.own = not ray.is_initialized()
+        if self.own:
+            kwargs: dict[str, Any] = {"address": address, "log_to_driver": False}
+            if address is None:  # a local instance: no dashboard, as many CPUs as --jobs asks for (at least)
+                kwargs.update(include_dashboard=False, num_cpus=max(jobs, 1))
+            ray.init(**kwargs)
+        cpus = int(ray.available_resources().get("CPU", 1))
+        self.slots = 2 * max(jobs, cpus)
+        self.task = ray.remote(_ray_block)
+        self.payloads: dict[int, Any] = {}
+        self.units = units
+
+    def submit(self, i: int, unit: Unit, block: int) -> Future:
+        if i not in self.payloads:  # the prepared scenario travels once, not once per block
+            self.payloads[i] = self.ray.put((unit.bench, unit.seed))
+        return self.task.remote(self.payloads[i], block).future()
+
+    def close(self) -> None:
+        if self.own:
+            self.ray.shutdown()
+
+
+def _executor(units: Sequence[Unit], jobs: int, backend: str, address: str | None,
+              progress: Callable[[int, int, int], None] | None) -> Any:
+    if jobs < 1:
+        raise UsageError(f"jobs = {jobs}; allowed: >= 1")
+    if backend not in BACKENDS:
+        raise UsageError(f"backend = {backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+    if backend == "ray":
+        return _Ray(units, jobs, address)
+    if jobs == 1 or "fork" not in mp.get_all_start_methods() or sum(len(u.blocks) for u in units) <= 1:
+        return _Inline(progress)
+    return _Forked(units, jobs)
+
+
+def measure_units(
+    units: Sequence[Unit],
+    look: Callable[[int, Any, bool], bool],
+    *,
+    jobs: int = 1,
+    backend: str = "local",
+    address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[tuple[int, Outcome]]:
+    """Measure every unit's blocks; yield ``(index, Outcome)`` as each unit finishes.
+
+    ``look(index, tally, final)`` is called in this process at each of a unit's looks with the
+    tally of its blocks so far (merged in block order); at an interim look it returns True to
+    stop the unit there. ``progress(index, sequences_done)`` follows finished blocks (jobs = 1:
+    finished batches). A unit whose block errs stops scheduling blocks; its error is its outcome.
+    """
+    n = len(units)
+    merged: list[Any] = [u.bench.empty() for u in units]
+    received: list[dict[int, Any]] = [{} for _ in units]
+    upto = [0] * n  # blocks merged (a position in unit.blocks)
+    sent = [0] * n  # blocks submitted
+    look_at = [0] * n  # index of the next look
+    done = [False] * n
+    for i, u in enumerate(units):  # a unit with no blocks (a shard that holds none of them)
+        if not u.blocks:
+            done[i] = True
+
+    def inline_tick(i: int, block: int, seqs: int) -> None:
+        if progress is not None:
+            progress(i, merged[i].sequences + seqs)
+
+    ex = _executor(units, jobs, backend, address, inline_tick if progress is not None else None)
+    pending: dict[Future, tuple[int, int]] = {}
+    try:
+        for i in range(n):
+            if done[i]:
+                yield i, Outcome(merged[i])
+        while True:
+            # fill the free slots, earliest scenario first, each only up to its next look
+            for i, u in enumerate(units):
+                while not done[i] and len(pending) < ex.slots and sent[i] < u.looks[look_at[i]]:
+                    pos = sent[i]
+                    sent[i] += 1
+                    fut = ex.submit(i, u, u.blocks[pos])
+                    pending[fut] = (i, pos)
+                if len(pending) >= ex.slots:
+                    break
+            if not pending:
+                break
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=lambda f: pending[f]):
+                i, pos = pending.pop(fut)
+                if done[i]:
+                    continue  # a unit that already stopped or erred: its late blocks are dropped
+                result = fut.result()
+                if isinstance(result, BlockError):
+                    done[i] = True
+                    merged[i].seconds += result.seconds
+                    yield i, Outcome(merged[i], result.info, look_at[i])
+                    continue
+                received[i][pos] = result
+                while upto[i] in received[i]:
+                    merged[i].merge(received[i].pop(upto[i]))
+                    upto[i] += 1
+                if progress is not None and not isinstance(ex, _Inline):
+                    progress(i, merged[i].sequences)
+                u = units[i]
+                if upto[i] == u.looks[look_at[i]]:
+                    final = look_at[i] == len(u.looks) - 1
+                    stop = look(i, merged[i], final)
+                    look_at[i] += 1
+                    if final or stop:
+                        done[i] = True
+                        yield i, Outcome(merged[i], None, look_at[i], stopped=not final)
+    finally:
+        ex.close()
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """Parse ``i/n`` (0 <= i < n) into ``(i, n)``."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text}: expected i/n with integers, e.g. 0/2") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise UsageError(f"--shard {text}: allowed 0 <= i < n, e.g. 0/2 and 1/2")
+    return i, n
+
+
+def shard_blocks(blocks: int, shard: tuple[int, int] | None) -> list[int]:
+    """Return the blocks a shard ``(i, n)`` runs: ``b = i mod n`` (all for None)."""
+    if shard is None:
+        return list(range(blocks))
+    i, n = shard
+    return list(range(i, blocks, n))

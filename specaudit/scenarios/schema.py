@@ -1,0 +1,599 @@
+"""Scenarios: YAML (schema version 1) -> validated, frozen models; every validation lives here.
+
+A scenario names a target chain, a drafter chain, the draft-count law and the sample plan. Errors
+say ``file:line: key.path: message`` with the allowed values and, for unknown keys, the closest
+match (hypothesis ``internal/validation.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from specaudit.chains import tabular as chains
+
+from specaudit.chains import processing
+from specaudit.contract import logits as logits_mod
+from specaudit.errors import ScenarioError, UsageError, closest
+
+SCHEMA_VERSION = 1
+#: libyaml's safe loader when available (same nodes and marks, ~10x faster), else PyYAML's.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: Rows of explicit probabilities must sum to 1 within this absolute tolerance; they are then
+#: renormalised in float64 so that references are exact.
+SUM_TOLERANCE = 1e-6
+#: The joint test enumerates V**L cells; beyond this it is skipped (per-prefix tests take over).
+MAX_JOINT_CELLS = 1 << 20
+
+
+class _Spec(BaseModel):
+    """Base of every schema object: frozen, strict, unknown keys named with their closest match."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            allowed = [f.alias or name for name, f in cls.model_fields.items()]
+            for key in data:
+                if key not in allowed:
+                    raise PydanticCustomError(
+                        "unknown_key",
+                        "unknown key '{key}'; allowed: {allowed}{hint}",
+                        {"key": key, "allowed": ", ".join(allowed), "hint": closest(str(key), allowed)},
+                    )
+        return data
+
+
+def _check_row(row: list[float], where: str = "row") -> list[float]:
+    arr = np.asarray(row, dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError(f"{where} is empty")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{where} must hold finite probabilities >= 0, got {row}")
+    total = float(arr.sum())
+    if abs(total - 1.0) > SUM_TOLERANCE:
+        raise ValueError(f"{where} sums to {total:.9g}; it must sum to 1 within {SUM_TOLERANCE:g}")
+    return row
+
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class ContextFree(_Spec):
+    """Every token drawn from one explicit probability vector, whatever the context."""
+
+    kind: Literal["context_free"]
+    probs: list[Annotated[float, Field(strict=False)]]
+
+    @field_validator("probs")
+    @classmethod
+    def _row(cls, probs: list[float]) -> list[float]:
+        return _check_row(probs, "probs")
+
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
+        """Return the chain."""
+        return chains.context_free(_normalised(self.probs))
+
+
+class Markov(_Spec):
+    """First-order chain with explicit transition rows; ``start`` is the context before token 0."""
+
+    kind: Literal["markov"]
+    matrix: list[list[Annotated[float, Field(strict=False)]]]
+    start: Annotated[int, Field(ge=0)] = 0
+
+    @field_validator("matrix")
+    @classmethod
+    def _rows(cls, matrix: list[list[float]]) -> list[list[float]]:
+        for i, row in enumerate(matrix):
+            _check_row(row, f"row {i}")
+        return matrix
+
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
+        """Return the chain."""
+        return chains.first_order(np.array([_normalised(r) for r in self.matrix]), self.start)
+
+
+class Dirichlet(_Spec):
+    """Random first-order chain: each row ~ Dirichlet(concentration), optionally on a random support."""
+
+    kind: Literal["dirichlet"]
+    concentration: Annotated[float, Field(gt=0.0, le=1e6, strict=False)] = 1.0
+    support: Annotated[float, Field(gt=0.0, le=1.0, strict=False)] = 1.0
+    start: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[int, Field(ge=0)] = 0
+
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
+        """Draw the chain from its own seed mixed with the role, so target and drafter differ."""
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, *role_seed.entropy]))
+        matrix = rng.dirichlet(np.full(vocab, self.concentration), size=vocab)
+        keep = max(1, int(np.ceil(self.support * vocab)))
+        if keep < vocab:
+            mask = np.zeros((vocab, vocab), dtype=bool)
+            for row in mask:
+                row[rng.choice(vocab, size=keep, replace=False)] = True
+            matrix = np.where(mask, matrix, 0.0)
+        # Dirichlet rows with tiny concentration can underflow to all-zero: put the mass on one token.
+        dead = matrix.sum(axis=1) <= 0
+        matrix[dead, rng.integers(vocab, size=int(dead.sum()))] = 1.0
+        return chains.first_order(matrix / matrix.sum(axis=1, keepdims=True), self.start)
+
+
+class Zipf(_Spec):
+    """Lazy large-vocabulary chain: a Zipf law per full prefix, ranks permuted by a hash (issue 7).
+
+    Chains with the same ``seed`` rank tokens alike in every context; ``exponent`` sets the
+    sharpness. Rows are generated on demand, so V = 32k-256k fits (see specaudit.chains.lazy).
+    """
+
+    kind: Literal["zipf"]
+    exponent: Annotated[float, Field(gt=0.0, le=10.0, strict=False)] = 1.0
+    seed: Annotated[int, Field(ge=0)] = 0
+
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> Any:
+        """Return the lazy chain (the seed alone decides the ranks, not the role)."""
+        from specaudit.chains.lazy import ZipfChain
+
+        return ZipfChain(vocab, float(self.exponent), int(self.seed))
+
+
+class OneHot(_Spec):
+    """The argmax (ties to the first index) of a base chain, as a deterministic chain."""
+
+    kind: Literal["one_hot"]
+    base: "TargetChain"
+
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
+        """Return the chain."""
+        return chains.one_hot_of(self.base.build(vocab, role_seed))
+
+
+class SameAsTarget(_Spec):
+    """Drafter equal to the target: p = q everywhere, so every draft must be accepted."""
+
+    kind: Literal["same_as_target"]
+
+
+class Greedy(_Spec):
+    """Greedy drafter: q is one-hot at the argmax of ``base`` (the target when omitted)."""
+
+    kind: Literal["greedy"]
+    base: "TargetChain | None" = None
+
+
+class Sampling(_Spec):
+    """Sampling processing of one role: temperature -> top-k -> top-p -> min-p (specaudit.chains.processing)."""
+
+    temperature: Annotated[float, Field(ge=0.0, le=1e6, strict=False)] = 1.0
+    top_k: Annotated[int, Field(ge=0)] = 0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0, strict=False)] = 1.0
+    min_p: Annotated[float, Field(ge=0.0, le=1.0, strict=False)] = 0.0
+
+    def params(self) -> processing.SamplingParams:
+        """Return the parameters for the processing functions."""
+        return processing.SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
+
+
+class Logits(_Spec):
+    """Raw logits processed by ``sampling``: an explicit ``matrix`` (1 row: context-free; V rows:
+    first-order, -.inf for probability 0) or random rows ``scale * N(0, 1)`` drawn from ``seed``."""
+
+    kind: Literal["logits"]
+    matrix: list[list[Annotated[float, Field(strict=False)]]] | None = None
+    scale: Annotated[float, Field(gt=0.0, le=1e3, strict=False)] = 3.0
+    start: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[int, Field(ge=0)] = 0
+    sampling: Sampling = Sampling()
+
+    @field_validator("matrix")
+    @classmethod
+    def _rows(cls, matrix: list[list[float]] | None) -> list[list[float]] | None:
+        for i, row in enumerate(matrix or []):
+            arr = np.asarray(row, dtype=np.float64)
+            if arr.size == 0 or np.isnan(arr).any() or (arr == np.inf).any() or not np.isfinite(arr).any():
+                raise ValueError(f"row {i} must hold logits: finite numbers or -.inf, at least one finite; got {row}")
+        return matrix
+
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
+        """Return the chain (its law is the processed logits); random rows mix the role into the seed."""
+        if self.matrix is not None:
+            raw = np.array(self.matrix, dtype=np.float64)
+        else:
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, *role_seed.entropy]))
+            raw = self.scale * rng.standard_normal((vocab, vocab))
+        if raw.shape[0] == 1:  # context-free: one state
+            return logits_mod.logits_chain(raw, np.zeros((1, vocab), dtype=np.int64), 0, self.sampling.params())
+        nxt = np.broadcast_to(np.arange(vocab, dtype=np.int64), (vocab, vocab))
+        return logits_mod.logits_chain(raw, nxt, self.start, self.sampling.params())
+
+
+class SameLogitsAsTarget(_Spec):
+    """Drafter on the target's raw logits processed with its own ``sampling`` (target kind logits)."""
+
+    kind: Literal["same_logits_as_target"]
+    sampling: Sampling = Sampling()
+
+
+TargetChain = Annotated[Union[ContextFree, Markov, Dirichlet, OneHot, Logits, Zipf], Field(discriminator="kind")]
+DraftChain = Annotated[
+    Union[ContextFree, Markov, Dirichlet, OneHot, SameAsTarget, Greedy, Logits, SameLogitsAsTarget, Zipf],
+    Field(discriminator="kind"),
+]
+OneHot.model_rebuild()
+Greedy.model_rebuild()
+
+
+def _normalised(row: list[float]) -> np.ndarray:
+    arr = np.asarray(row, dtype=np.float64)
+    return arr / arr.sum()
+
+
+#: Draft trees with more nodes than this are refused (the verifier gets [B, N, V] arrays).
+MAX_TREE_NODES = 512
+
+
+class TreeSpec(_Spec):
+    """Shape of the draft trees of an ``algorithm: tree`` scenario (its depth is ``k``)."""
+
+    width: Union[Annotated[int, Field(ge=1, le=64)], list[Annotated[int, Field(ge=1, le=64)]]] = Field(
+        description="children per node: an int (every level) or one int per depth level 0..k-1"
+    )
+    children: Literal["iid", "without_replacement", "topk"] = Field(
+        "iid", description="siblings drawn i.i.d. from q, without replacement, or the deterministic top-k of q"
+    )
+    ragged: bool = Field(False, description="each node keeps a uniform number 0..width of its children")
+
+    def widths(self, depth: int) -> list[int]:
+        """Return the width of every depth level 0..depth-1."""
+        return [self.width] * depth if isinstance(self.width, int) else list(self.width)
+
+    def max_nodes(self, depth: int) -> int:
+        """Return the node count of the full tree."""
+        return int(sum(np.prod(self.widths(depth)[: d + 1]) for d in range(depth)))
+
+
+class AdapterSpec(_Spec):
+    """How a scenario drives its target: an adapter (specaudit.adapters) and its options."""
+
+    name: Annotated[str, Field(min_length=1, max_length=300)]
+    options: dict[str, Union[bool, int, float, str, None]] = {}
+
+
+class Scenario(_Spec):
+    """One audit scenario (schema version 1)."""
+
+    schema_: Literal[1] = Field(1, alias="schema")
+    name: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    description: str = ""
+    tags: list[str] = ["default"]
+    vocab: Annotated[int, Field(ge=2, le=1 << 20)]
+    k: Annotated[int, Field(ge=0, le=64)]
+    drafts: Union[Annotated[int, Field(ge=0)], Literal["uniform"], list[Annotated[float, Field(strict=False)]]] = Field(
+        None, description="draft count per row: an int (fixed), 'uniform' (0..k), or weights over 0..k"
+    )
+    length: Annotated[int, Field(ge=1, le=4096)]
+    samples: Annotated[int, Field(ge=1, le=10**9)]
+    batch: Annotated[int, Field(ge=1, le=1 << 20)] = 4096
+    seed: Annotated[int, Field(ge=0)] = 0
+    target: TargetChain
+    draft: DraftChain
+    algorithm: Literal["chain", "block", "tree"] = Field(
+        "chain", description="chain (token-wise), block (Sun et al. 2403.10444) or tree (SpecInfer Alg. 2)"
+    )
+    tree: TreeSpec | None = Field(None, description="draft tree shape; required with algorithm: tree (depth = k)")
+    adapter: AdapterSpec | None = Field(
+        None, description="adapter the target is driven with, a name or {name, options}; --adapter overrides it"
+    )
+    mode: Literal["sample", "greedy", "exact"] = Field(
+        "sample",
+        description="sample: statistical checks of the sampled law; greedy: temperature 0, every sequence must "
+        "equal greedy decoding of the target (argmax, ties to the first index); exact: the exact probes of "
+        "specaudit.checks.probes (corners, contract, adversarial uniforms) on this vocab, k and these chains",
+    )
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    @field_validator("adapter", mode="before")
+    @classmethod
+    def _adapter_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Scenario":
+        if isinstance(self.drafts, int) and self.drafts > self.k:
+            raise ValueError(f"drafts = {self.drafts} exceeds k = {self.k}; allowed: 0..{self.k}")
+        if isinstance(self.drafts, list):
+            if len(self.drafts) != self.k + 1:
+                raise ValueError(f"drafts weights need k + 1 = {self.k + 1} entries (for 0..{self.k}), got {len(self.drafts)}")
+            w = np.asarray(self.drafts, dtype=np.float64)
+            if np.any(w < 0) or not np.isclose(w.sum(), 1.0, atol=SUM_TOLERANCE, rtol=0):
+                raise ValueError(f"drafts weights must be >= 0 and sum to 1 within {SUM_TOLERANCE:g}")
+        for role in ("target", "draft"):
+            self._check_chain_shape(role, getattr(self, role))
+        self._check_algorithm()
+        return self
+
+    def _check_algorithm(self) -> None:
+        if (self.algorithm == "tree") != (self.tree is not None):
+            raise ValueError(
+                "tree is required with algorithm: tree (the draft tree shape: width, children, ragged)"
+                if self.algorithm == "tree"
+                else f"algorithm = {self.algorithm!r} but a tree shape is given; allowed: algorithm: tree with tree"
+            )
+        if self.tree is None:
+            return
+        if getattr(self, "mode", "sample") != "sample":
+            raise ValueError(f"mode = {self.mode!r} with algorithm: tree; allowed: sample (tree scenarios are statistical)")
+        if self.k < 1:
+            raise ValueError("k = 0 with algorithm: tree; allowed: k >= 1 (k is the tree depth)")
+        if isinstance(self.tree.width, list) and len(self.tree.width) != self.k:
+            raise ValueError(f"tree.width lists {len(self.tree.width)} levels; k = {self.k} is the depth, allowed: {self.k}")
+        if self.drafts is not None and self.drafts != self.k:
+            raise ValueError("drafts is for chains; allowed with algorithm: tree: omit it (use tree.ragged)")
+        if self.tree.max_nodes(self.k) > MAX_TREE_NODES:
+            raise ValueError(f"tree has {self.tree.max_nodes(self.k)} nodes; allowed: at most {MAX_TREE_NODES}")
+
+    def _check_chain_shape(self, role: str, spec: Any) -> None:
+        v = self.vocab
+        if isinstance(spec, ContextFree) and len(spec.probs) != v:
+            raise ValueError(f"{role}.probs has {len(spec.probs)} entries; vocab is {v}")
+        if isinstance(spec, Markov):
+            if len(spec.matrix) != v or any(len(r) != v for r in spec.matrix):
+                raise ValueError(f"{role}.matrix must be {v} x {v} (vocab x vocab)")
+            if spec.start >= v:
+                raise ValueError(f"{role}.start = {spec.start}; allowed: 0..{v - 1}")
+        if isinstance(spec, Dirichlet) and spec.start >= v:
+            raise ValueError(f"{role}.start = {spec.start}; allowed: 0..{v - 1}")
+        if isinstance(spec, (OneHot, Greedy)) and spec.base is not None:
+            self._check_chain_shape(f"{role}.base", spec.base)
+        if isinstance(spec, Logits):
+            if spec.matrix is not None and (len(spec.matrix) not in (1, v) or any(len(r) != v for r in spec.matrix)):
+                raise ValueError(f"{role}.matrix must be 1 x {v} (context-free) or {v} x {v} (first-order) logits")
+            if spec.start >= v:
+                raise ValueError(f"{role}.start = {spec.start}; allowed: 0..{v - 1}")
+        if isinstance(spec, (OneHot, Greedy)) and isinstance(spec.base, Zipf):
+            raise ValueError(f"{role}.base: kind zipf is lazy (no tables); allowed bases: context_free, markov, dirichlet, logits")
+        if role == "draft" and isinstance(self.target, Zipf) != (
+            isinstance(spec, Zipf) or (isinstance(spec, SameAsTarget) and isinstance(self.target, Zipf))
+        ):
+            raise ValueError("target and draft: kind zipf pairs only with zipf (or same_as_target): lazy and tabular chains do not share states")
+        if isinstance(spec, SameLogitsAsTarget) and not isinstance(self.target, Logits):
+            raise ValueError(f"{role}.kind same_logits_as_target needs target.kind logits, got {self.target.kind!r}")
+
+    # ---- derived quantities -------------------------------------------------------------
+
+    @property
+    def draft_law(self) -> np.ndarray:
+        """Return the law of num_draft over 0..k."""
+        law = np.zeros(self.k + 1)
+        if self.drafts is None:
+            law[self.k] = 1.0
+        elif self.drafts == "uniform":
+            law[:] = 1.0 / (self.k + 1)
+        elif isinstance(self.drafts, int):
+            law[self.drafts] = 1.0
+        else:
+            law = _normalised(self.drafts)
+        return law
+
+    @property
+    def lazy(self) -> bool:
+        """Return True when a chain is generated on demand (no tables: per-prefix and PIT checks)."""
+        return isinstance(self.target, Zipf) or isinstance(self.draft, Zipf)
+
+    @property
+    def joint_cells(self) -> int:
+        """Return V**L, the number of cells of the joint law."""
+        return self.vocab**self.length
+
+    def chains(self) -> tuple[chains.TabularChain, chains.TabularChain]:
+        """Build (target, drafter) chains; draft kinds that refer to the target are resolved here."""
+        target = self.target.build(self.vocab, np.random.SeedSequence([0]))
+        spec = self.draft
+        if isinstance(spec, SameAsTarget):
+            return target, target
+        if isinstance(spec, SameLogitsAsTarget):
+            assert isinstance(target, logits_mod.LogitsChain)  # validated in _consistent
+            return target, logits_mod.logits_chain(target.logits, target.nxt, target.start, spec.sampling.params())
+        if isinstance(spec, Greedy):
+            base = target if spec.base is None else spec.base.build(self.vocab, np.random.SeedSequence([1]))
+            return target, chains.one_hot_of(base)
+        return target, spec.build(self.vocab, np.random.SeedSequence([1]))
+
+    def content_hash(self) -> str:
+        """Return a short hash of the scenario's content (seed excluded: it is a run setting)."""
+        # the adapter says how the target is called, not what law it must produce: a run setting
+        body = self.model_dump(mode="json", by_alias=True, exclude={"seed", "samples", "batch", "adapter"})
+        if body.get("algorithm") == "chain" and body.get("tree") is None:  # hashes from before issue 9 hold
+            del body["algorithm"], body["tree"]
+        if body.get("mode") == "sample":  # hashes from before issue 4 hold
+            del body["mode"]
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    """A scenario with where it came from (for messages and annotations)."""
+
+    spec: Scenario
+    path: str
+    line: int = 1
+
+    @property
+    def name(self) -> str:
+        """Return the scenario name."""
+        return self.spec.name
+
+
+# ---- loading with line numbers ---------------------------------------------------------
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int:
+    """Return the 1-based line of the YAML node at pydantic location ``loc`` (nearest ancestor)."""
+    node, line = root, 1
+    for key in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == key:
+                    node = v
+                    line = k.start_mark.line + 1
+                    break
+            # a key not in the mapping is a union tag (e.g. 'markov'): stay on this node
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            break
+    if isinstance(node, yaml.ScalarNode) or (isinstance(node, yaml.SequenceNode) and isinstance(loc[-1], int)):
+        line = node.start_mark.line + 1
+    return line
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for key in loc:
+        if isinstance(key, int):
+            out += f"[{key}]"
+        else:
+            out += ("." if out else "") + str(key)
+    return out or "(top level)"
+
+
+_KINDS = {"context_free", "markov", "dirichlet", "one_hot", "same_as_target", "greedy", "logits", "same_logits_as_target", "zipf"}
+
+
+def _is_branch_label(key: Any) -> bool:
+    """Tell pydantic's union-branch labels ('markov', 'int', 'list[float]') from real keys."""
+    return isinstance(key, str) and (
+        key in _KINDS or key in {"int", "str", "float"} or any(c in key for c in "[(-")
+    )
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Drop pydantic's union-branch labels from an error location."""
+    return tuple(k for k in loc if not _is_branch_label(k))
+
+
+def parse_scenario(text: str, path: str = "<string>") -> LoadedScenario:
+    """Parse and validate one scenario document; raise ScenarioError with file:line on any problem."""
+    try:
+        root = yaml.compose(text, Loader=_YAML_LOADER)
+        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader (C or Python)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        raise ScenarioError(f"{path}:{line}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}:1: a scenario must be a YAML mapping (name: ..., vocab: ..., ...)")
+    try:
+        spec = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_describe(exc, root, path)) from None
+    return LoadedScenario(spec, path, 1)
+
+
+def _describe(exc: ValidationError, root: yaml.Node | None, path: str) -> str:
+    lines, seen = [], set()
+    for err in exc.errors():
+        loc = _clean_loc(err["loc"])
+        if err["type"] == "unknown_key":
+            loc = (*loc, err["ctx"]["key"])
+        if err["type"] == "union_tag_invalid":
+            loc = (*loc, "kind")
+            allowed = err["ctx"]["expected_tags"]
+            msg = f"unknown kind {err['ctx']['tag']!r}; allowed: {allowed}{closest(str(err['ctx']['tag']), [t.strip(chr(39)) for t in allowed.split(', ')])}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if not isinstance(err.get("input"), (dict, list)) and err["type"] != "value_error":
+                msg += f" (got {err.get('input')!r})"
+            # whole-scenario checks name their key first ("drafts = 5 exceeds k"): point at it
+            head = re.match(r"^([A-Za-z_][\w.]*)\b", msg)
+            if not loc and head:
+                loc = tuple(head.group(1).split("."))
+            row = re.match(r"^row (\d+) ", msg)
+            if row:  # point at the offending row of a matrix
+                loc = (*loc, int(row.group(1)))
+        text = f"{path}:{_line_of(root, loc)}: {_format_loc(loc)}: {msg}"
+        if text not in seen:
+            seen.add(text)
+            lines.append(text)
+    return "\n".join(lines)
+
+
+def load_scenario(path: str | Path) -> LoadedScenario:
+    """Load one scenario file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror}") from None
+    return parse_scenario(text, str(path))
+
+
+def shipped_paths() -> list[Path]:
+    """Return the shipped scenario files, sorted by name."""
+    root = resources.files("specaudit.shipped")
+    return sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith((".yaml", ".yml")))
+
+
+def shipped() -> list[LoadedScenario]:
+    """Load every shipped scenario (parsed once per file version per process)."""
+    return [_load_shipped(str(p), p.stat().st_mtime_ns) for p in shipped_paths()]
+
+
+@functools.lru_cache(maxsize=256)
+def _load_shipped(path: str, mtime_ns: int) -> LoadedScenario:
+    """Load a shipped file; the cache key includes its mtime, so edits are seen (issue 7: overhead)."""
+    return load_scenario(path)
+
+
+def default_suite() -> list[LoadedScenario]:
+    """Return the shipped scenarios tagged ``default``."""
+    return [s for s in shipped() if "default" in s.spec.tags]
+
+
+def resolve(names_or_paths: list[str] | tuple[str, ...] | None) -> list[LoadedScenario]:
+    """Resolve ``--scenario`` values (shipped names, tags as ``tag:NAME``, or YAML paths)."""
+    if not names_or_paths:
+        return default_suite()
+    catalogue = {s.name: s for s in shipped()}
+    found: list[LoadedScenario] = []
+    for item in names_or_paths:
+        if item.startswith("tag:"):
+            found.extend(s for s in catalogue.values() if item[4:] in s.spec.tags)  # none: nothing to run
+        elif item in catalogue:
+            found.append(catalogue[item])
+        elif Path(item).exists() or item.endswith((".yaml", ".yml")):
+            found.append(load_scenario(item))
+        else:
+            raise UsageError(
+                f"--scenario {item}: not a shipped scenario name nor a file{closest(item, catalogue)}; "
+                f"`specaudit list` shows the names"
+            )
+    return found
+
+
+def json_schema() -> dict[str, Any]:
+    """Return the JSON Schema of a scenario file, for editors."""
+    schema = Scenario.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "specaudit scenario (schema version 1)"
+    return schema
