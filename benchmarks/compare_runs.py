@@ -12,9 +12,10 @@ everything else, every statistic, p-value, count, power figure, diagnosis and ve
     python benchmarks/compare_runs.py --before /tmp/before --after /tmp/before   # a null check: all identical
     python benchmarks/compare_runs.py --no-kernels after     # numpy simulator in one tree: same results?
 
-Runs (RUNS): the default suite; the same with --jobs 2; a 2-way sharded run and its merge; and
+Runs (`runs`): the default suite; the same with --jobs 2; a 2-way sharded run and its merge; and
 every chain mutant of the zoo on markov-v4 + corners with a fixed seed and fewer samples (p-values,
-power and diagnosis are still computed). About 3 minutes on 2 cores, both trees.
+power and diagnosis are still computed). The two trees run side by side: about 2.5 minutes in all
+on an idle 2-core machine.
 
 Isolation: each tree is copied (git-tracked and untracked-but-not-ignored files, so no stale build
 output and no edits landing mid-run), installed editable into its own venv under --workdir
@@ -52,9 +53,9 @@ DEFAULT_WORKDIR = Path("/tmp/specaudit-compare-runs")
 
 #: Fields that differ between two runs of the same tree, so are removed before comparing: exactly
 #: those that differed when this script ran with --before and --after the same tree and
-#: --strip-nothing (every other field matched byte for byte); `[*]` is any list index. Nothing host- or version-dependent is in the documents: `version`
-#: is the package version (no commit), and no host name or absolute path other than the tree's own
-#: (see TREE_MARK) is written.
+#: --strip-nothing (every other field matched byte for byte); `[*]` is any list index. All are
+#: wall times or timestamps: the documents hold no host name, `version` is the package version
+#: (no commit), and the only absolute paths are the tree's own (see TREE_MARK).
 VOLATILE: dict[str, str] = {
     "$.started": "start time of the run (ISO timestamp; a merge takes its shards' earliest)",
     "$.seconds": "wall time of the run",
@@ -156,13 +157,13 @@ for module, candidates in wanted.items():
     for c in candidates:
         try:
             importlib.import_module(c)
-        except ImportError as exc:
-            out["errors"].setdefault(module, []).append(f"{c}: {exc}")
+        except Exception as exc:  # a tree mid-refactor may fail in any way: its runs will show it
+            out["errors"].setdefault(module, []).append(f"{c}: {type(exc).__name__}: {exc}")
         else:
             out["modules"][module] = c
             break
 zoo_module = out["modules"].get(zoo)
-out["zoo"] = list(importlib.import_module(zoo_module).MUTANTS) if zoo_module else None
+out["zoo"] = list(getattr(importlib.import_module(zoo_module), "MUTANTS", None) or []) if zoo_module else None
 out["kernels_built"] = sorted(
     os.path.relpath(os.path.join(d, f), root)
     for d, _, files in os.walk(os.path.join(root, "specaudit")) for f in files

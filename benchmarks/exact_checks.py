@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import specaudit
-from specaudit.scenarios.schema import default_suite
+from specaudit.scenarios.catalogue import default_suite
 
 HERE = Path(__file__).resolve().parent.parent
 

@@ -14,12 +14,12 @@ import time
 
 import specaudit
 from specaudit.checks import processing as mismatch
-from specaudit.verifiers import reference
 from specaudit.engine.run import measure
-from specaudit.scenarios.schema import resolve
+from specaudit.scenarios.catalogue import resolve
+from specaudit.verifiers import reference
 
 
-def best(fn, repeats):  # noqa: ANN001, ANN201
+def best(fn, repeats):
     """Return the result with the smallest first element over ``repeats`` calls."""
     return min((fn() for _ in range(repeats)), key=lambda r: r[0])
 
@@ -33,7 +33,7 @@ def main() -> None:
     for loaded in resolve(["tag:sampling"]):
         harness = {}
         for contract, target in (("probs", "reference"), ("logits", "reference-logits")):
-            def once():  # noqa: ANN202
+            def once(target=target, loaded=loaded, contract=contract):
                 t0 = time.perf_counter()
                 r = specaudit.run(target, [loaded], contract=contract, samples=args.samples, diagnose=False)
                 total = time.perf_counter() - t0

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import time
 
 import specaudit
+from specaudit.scenarios.catalogue import resolve
 from specaudit.simulate import kernels
 from specaudit.verifiers.zoo.chain import MUTANTS
-from specaudit.scenarios.schema import resolve
 
 REF = "specaudit.verifiers.reference:verify"
 

@@ -6,13 +6,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
 from specaudit import __version__
 from specaudit.errors import ExitCode, SpecauditError, exit_code_for
+
+if TYPE_CHECKING:  # the engine loads only when a command needs it (`specaudit --help` stays quick)
+    from specaudit.engine.settings import RunSettings
 
 
 def _console(stderr: bool = False) -> Console:
@@ -38,7 +41,7 @@ def _fail(exc: BaseException) -> None:
 class _Group(click.Group):
     """A click group whose usage errors exit 4 (pytest numbering), not click's 2."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D102
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         try:  # non-standalone: click returns the code of ctx.exit() and raises the rest to us
             return super().main(*args, **{**kwargs, "standalone_mode": False})
         except click.Abort:
@@ -127,72 +130,34 @@ def main() -> None:
 def run(
     target: str,
     scenario_names: tuple[str, ...],
-    seed: int | None,
-    alpha: float,
-    samples: int | None,
-    method: str,
-    allow_inefficient: bool,
-    timeout: float,
-    contract: str,
-    jobs: int,
-    early_stop: bool,
-    shard: str | None,
-    backend: str,
-    ray_address: str | None,
-    max_memory: float,
     json_path: str | None,
     html_path: str | None,
     junit_path: str | None,
     baseline_path: str | None,
     fail_on: tuple[str, ...],
-    adapter: str | None,
-    adapter_args: tuple[str, ...],
-    device: str | None,
-    dtype: str | None,
-    suspect_level: float | None,
-    no_power: bool,
     quiet: int,
     verbose: int,
+    **options: Any,
 ) -> None:
     """Audit the verifier TARGET (pkg.mod:attr, path/file.py:attr, or an alias)."""
-    from specaudit.engine import run as runner
+    from specaudit.engine.run import execute
     from specaudit.reports import json as json_report
     from specaudit.reports.progress import ProgressReporter
+    from specaudit.results import RunResult
 
     gate = _baseline_gate(baseline_path, fail_on)  # bad rules or files fail before the run
+    settings = _run_settings(**options)
 
     done: list = []
 
     def save_partial(result: Any) -> None:
         done.append(result)
         if json_path:
-            partial = runner.RunResult(target, alpha, seed, __version__, tuple(done))
-            json_report.write(partial, json_path, partial=True)
+            partial = RunResult(target, settings.alpha, settings.seed, __version__, tuple(done), partial=True)
+            json_report.write(partial, json_path)
 
     with ProgressReporter(_console(stderr=True), verbose - quiet) as progress:
-        result = runner.run(
-            target,
-            scenario_names or None,
-            seed=seed,
-            alpha=alpha,
-            samples=samples,
-            method=method,
-            gate_efficiency=not allow_inefficient,
-            contract=contract,
-            adapter=adapter,
-            adapter_options=_adapter_options(adapter_args, device, dtype),
-            timeout=timeout or None,
-            on_scenario=save_partial,
-            progress=progress,
-            jobs=jobs,
-            max_memory=_gib(max_memory),
-            suspect_level=suspect_level,
-            power=not no_power,
-            early_stop=early_stop,
-            shard=shard,
-            backend=backend,
-            address=ray_address,
-        )
+        result = execute(target, scenario_names or None, settings, progress=progress, on_scenario=save_partial)
     if not result.scenarios and not result.interrupted:
         asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"
         click.echo(f"specaudit: nothing to run: no scenario matched {asked}; `specaudit list` shows names and tags", err=True)
@@ -213,10 +178,43 @@ def merge(shards: tuple[str, ...], json_path: str | None, html_path: str | None,
     Counts, p-values and verdicts equal those of the unsharded run; exits like `run`.
     """
     from specaudit.engine.merge import merge_documents
-    from specaudit.reports import json as json_report
+    from specaudit.results import document
 
-    result = merge_documents([json_report.read_document(p) for p in shards], list(shards))
+    result = merge_documents([document.read_document(p) for p in shards], list(shards))
     sys.exit(int(_publish(result, json_path, html_path, junit_path, None, verbose - quiet)))
+
+
+def _run_settings(
+    seed: int | None,
+    alpha: float,
+    samples: int | None,
+    method: str,
+    allow_inefficient: bool,
+    timeout: float,
+    contract: str,
+    jobs: int,
+    early_stop: bool,
+    shard: str | None,
+    backend: str,
+    ray_address: str | None,
+    max_memory: float,
+    adapter: str | None,
+    adapter_args: tuple[str, ...],
+    device: str | None,
+    dtype: str | None,
+    suspect_level: float | None,
+    no_power: bool,
+) -> RunSettings:
+    """Return the run settings of `run`'s options (validated by RunSettings itself)."""
+    from specaudit.engine.settings import RunSettings, parse_shard
+
+    adapter_options = _adapter_options(adapter_args, device, dtype)
+    return RunSettings(
+        alpha=alpha, seed=seed, samples=samples, method=method, gate_efficiency=not allow_inefficient,
+        contract=contract, timeout=timeout or None, max_memory=_gib(max_memory), jobs=jobs, backend=backend,
+        address=ray_address, suspect_level=suspect_level, power=not no_power, early_stop=early_stop,
+        shard=parse_shard(shard), adapter=adapter, adapter_options=adapter_options,
+    )
 
 
 def _adapter_options(pairs: tuple[str, ...], device: str | None, dtype: str | None) -> dict[str, str]:
@@ -235,8 +233,8 @@ def _gib(value: float) -> int:
     return int(value * (1 << 30))
 
 
-def _baseline_gate(baseline_path: str | None, fail_on: tuple[str, ...]) -> tuple[str, dict, list] | None:
-    """Return (path, baseline document, rules), or None without --baseline."""
+def _baseline_gate(baseline_path: str | None, fail_on: tuple[str, ...]) -> tuple[str, Any, list] | None:
+    """Return (path, baseline RunResult, rules), or None without --baseline."""
     from specaudit.errors import UsageError
 
     if fail_on and not baseline_path:
@@ -244,9 +242,9 @@ def _baseline_gate(baseline_path: str | None, fail_on: tuple[str, ...]) -> tuple
     if not baseline_path:
         return None
     from specaudit.analysis import baseline
-    from specaudit.reports import json as json_report
+    from specaudit.results import document
 
-    return baseline_path, json_report.read_document(baseline_path), [baseline.parse_rule(r) for r in fail_on]
+    return baseline_path, document.read(baseline_path), [baseline.parse_rule(r) for r in fail_on]
 
 
 def _publish(
@@ -254,19 +252,22 @@ def _publish(
     json_path: str | None,
     html_path: str | None,
     junit_path: str | None,
-    gate: tuple[str, dict, list] | None,
+    gate: tuple[str, Any, list] | None,
     verbosity: int,
 ) -> ExitCode:
     """Write every requested report of a finished run, print it, and return the exit code."""
-    from specaudit.reports import github
-    from specaudit.reports import json as json_report
+    import dataclasses
 
-    comparison = _compare(gate, json_report.document(result))
-    extra = {"baseline": comparison.to_dict()} if comparison is not None else None
-    doc = json_report.document(result, partial=result.interrupted, extra=extra)
-    written = _write_reports(doc, result.target, json_path, html_path, junit_path)
+    from specaudit.reports import github
+    from specaudit.results import document
+
+    comparison = _compare(gate, document.roundtrip(result))
+    if comparison is not None:
+        result = dataclasses.replace(result, baseline=comparison)
+    shown = document.roundtrip(result)  # files and annotations render the run as its JSON reads back
+    written = _write_reports(result, shown, json_path, html_path, junit_path)
     if github.active():
-        github.emit(doc, sys.stdout)
+        github.emit(shown, sys.stdout)
     _show(result, comparison, written, verbosity)
     code = result.exit_code()
     if code == ExitCode.OK and comparison is not None and comparison.failed:
@@ -274,32 +275,32 @@ def _publish(
     return code
 
 
-def _compare(gate: tuple[str, dict, list] | None, doc: dict) -> Any:
-    """Return the ``baseline.Comparison`` of a results document with the --baseline run, or None."""
+def _compare(gate: tuple[str, Any, list] | None, result: Any) -> Any:
+    """Return the ``results.Comparison`` of a run (as read back from its JSON) with the --baseline run, or None."""
     if gate is None:
         return None
     from specaudit.analysis import baseline
 
     path, old, rules = gate
-    return baseline.compare(old, doc, rules, path)
+    return baseline.compare(old, result, rules, path)
 
 
-def _write_reports(doc: dict, target: str, json_path: str | None, html_path: str | None,
+def _write_reports(result: Any, shown: Any, json_path: str | None, html_path: str | None,
                    junit_path: str | None) -> list[Path]:
-    """Write the requested JSON, HTML and JUnit files of a results document; return their paths."""
+    """Write the JSON of ``result`` and the HTML and JUnit of ``shown`` (the run read back) as requested."""
     from specaudit.reports import json as json_report
 
     written = []
     if json_path:
-        written.append(json_report.write(doc, json_path))
+        written.append(json_report.write(result, json_path))
     if html_path:
         from specaudit.reports import html
 
-        written.append(html.write(doc, html.output_path(html_path, target)))
+        written.append(html.write(shown, html.output_path(html_path, shown.target)))
     if junit_path:
         from specaudit.reports import junit
 
-        written.append(junit.write(doc, junit_path))
+        written.append(junit.write(shown, junit_path))
     return written
 
 
@@ -338,15 +339,16 @@ def report(
     Exits 0 once the reports are written (1 only when a --fail-on rule is broken), whatever the
     saved run's verdict: use the run's own exit code to gate.
     """
-    from specaudit.reports import json as json_report
+    import dataclasses
+
+    from specaudit.results import document
 
     gate = _baseline_gate(baseline_path, fail_on)
-    doc = json_report.read_document(results)
-    comparison = _compare(gate, doc)
+    result = document.read(results)
+    comparison = _compare(gate, result)
     if comparison is not None:
-        doc = {**doc, "baseline": comparison.to_dict()}
-    result = json_report.from_dict(doc)
-    _show(result, comparison, _write_reports(doc, result.target, None, html_path, junit_path), verbose - quiet)
+        result = dataclasses.replace(result, baseline=comparison)
+    _show(result, comparison, _write_reports(result, result, None, html_path, junit_path), verbose - quiet)
     sys.exit(int(ExitCode.CHECKS_FAILED if comparison is not None and comparison.failed else ExitCode.OK))
 
 
@@ -355,7 +357,7 @@ def report(
 def validate(paths: tuple[str, ...]) -> None:
     """Validate scenario files; print every problem as file:line: key: message."""
     from specaudit.errors import ScenarioError
-    from specaudit.scenarios.schema import load_scenario
+    from specaudit.scenarios.loading import load_scenario
 
     bad = 0
     for path in paths:
@@ -374,7 +376,7 @@ def list_scenarios() -> None:
     """List the shipped scenarios."""
     from rich.table import Table
 
-    from specaudit.scenarios.schema import shipped
+    from specaudit.scenarios.catalogue import shipped
 
     table = Table("name", "tags", "V", "K", "drafts", "L", "samples", "description")
     for s in shipped():
@@ -399,17 +401,19 @@ def list_adapters() -> None:
         opts = "any" if a.options is None else ", ".join(f"{o.name}={o.default}" for o in a.options)
         table.add_row(a.name, a.source, installed, opts, a.summary)
     _console().print(table)
-    for alias, preset in adapters.PRESETS.items():
+    for alias, preset in ALIASES.items():
+        if preset.adapter is None:
+            continue
         suite = f", default suite {' '.join(preset.scenarios)}" if preset.scenarios else ""
         opts = "".join(f" --adapter-arg {k}={v}" for k, v in preset.options.items())
-        click.echo(f"alias {alias}: {ALIASES.get(alias, '?')} with --adapter {preset.adapter}{opts}{suite}")
+        click.echo(f"alias {alias}: {preset.target} with --adapter {preset.adapter}{opts}{suite}")
 
 
 @main.command()
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
 def schema(output: str | None) -> None:
     """Print the JSON Schema of scenario files (for editors)."""
-    from specaudit.scenarios.schema import json_schema
+    from specaudit.scenarios.catalogue import json_schema
 
     text = json.dumps(json_schema(), indent=2)
     if output:
@@ -422,9 +426,9 @@ def schema(output: str | None) -> None:
 
 def _scenarios_or_exit(names: tuple[str, ...]) -> list:
     """Return the loaded scenarios of ``-s`` (default suite for none); exit 5 when nothing matches."""
-    from specaudit.engine import run as runner
+    from specaudit.engine.run import resolve_scenarios
 
-    loaded = runner.resolve_scenarios(list(names) or None)
+    loaded = resolve_scenarios(list(names) or None)
     if not loaded:
         click.echo(f"specaudit: nothing to run: no scenario matches {' '.join(names)}; "
                    "`specaudit list` shows the shipped ones and their tags", err=True)
@@ -445,10 +449,10 @@ def _scenarios_or_exit(names: tuple[str, ...]) -> list:
 def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None, mutant: str | None,
          power_: float, alpha: float, tests: int) -> None:
     """Samples needed for a TV or a mutant, or the TV detectable at N, on the joint-law check."""
-    from specaudit.analysis import power
+    from specaudit.analysis import plan as planning
     from specaudit.reports.sensitivity import render_plan
 
-    plans = [power.plan(item.spec, alpha=alpha, power=power_, tests=tests, samples=samples, tv=tv, mutant=mutant)
+    plans = [planning.plan(item.spec, alpha=alpha, power=power_, tests=tests, samples=samples, tv=tv, mutant=mutant)
              for item in _scenarios_or_exit(scenario_names)]
     render_plan(plans, _console())
     sys.exit(int(ExitCode.OK))

@@ -44,6 +44,10 @@ class ScenarioError(UsageError):
     """A scenario file is malformed; the message starts with ``file:line: key:``."""
 
 
+class ResultsFileError(UsageError):
+    """A results file cannot be read back: not JSON, not a specaudit document, or missing a field."""
+
+
 class ContractError(SpecauditError):
     """A verifier broke a clause of the contract; ``clause`` names it."""
 
@@ -79,6 +83,13 @@ def closest(name: str, choices: Iterable[str]) -> str:
     """Return ' (did you mean X?)' for the closest choice, or ''."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def check_level(name: str, value: float) -> float:
+    """Return ``value``; raise UsageError unless it is a probability level, 0 < value < 1 (alpha, say)."""
+    if not 0 < value < 1:
+        raise UsageError(f"{name} = {value}; allowed: 0 < {name} < 1")
+    return value
 
 
 def exit_code_for(exc: BaseException) -> ExitCode:

@@ -29,49 +29,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SpecauditFixture", "assert_lossless", "failure_summary"]
 
-#: Most deviating cells listed per failed check in an assertion message.
-MESSAGE_CELLS = 3
-
-
-def _fmt_p(p: float | None) -> str:
-    if p is None:
-        return "n/a"
-    return "< 1e-300" if p == 0 else f"= {p:.3g}"
-
 
 def failure_summary(result: RunResult) -> str:
-    """Return a short statistical summary of a run, failures first, for an assertion message."""
-    from specaudit.results import Status
+    """Return the assertion message of a failed run (:func:`specaudit.reports.assertion.failure_summary`)."""
+    from specaudit.reports.assertion import (
+        failure_summary as summary,  # deferred: the plugin loads in every pytest session
+    )
 
-    bad = [s for s in result.scenarios if s.status in (Status.FAILED, Status.ERROR)]
-    seed = "per scenario" if result.seed is None else result.seed
-    lines = [
-        f"specaudit: {result.target} is not lossless: {result.status.value.upper()} on {len(bad)} of "
-        f"{len(result.scenarios)} scenarios (family-wise alpha {result.alpha:g}, Holm; seed {seed})"
-    ]
-    for s in result.scenarios:
-        if s.error is not None:
-            clause = f" [{s.error.clause}]" if s.error.clause else ""
-            lines.append(f"  {s.name}: ERROR {s.error.kind}{clause}: {s.error.message}")
-            continue
-        failed = [c for c in s.checks if c.status is Status.FAILED and c.gate]
-        if not failed:
-            lines.append(f"  {s.name}: {s.status.value}")
-            continue
-        for c in failed:
-            p = c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue
-            lines.append(f"  {s.name} / {c.name}: FAILED, p (Holm) {_fmt_p(p)}: {c.summary}")
-            top = c.data.get("top_cells") or []
-            if top:
-                cells = "; ".join(
-                    f"{t['cell']} {t['observed']} vs {float(t['expected']):.1f} ({float(t['residual']):+.1f} sd)"
-                    for t in top[:MESSAGE_CELLS]
-                )
-                lines.append(f"    most deviating sequences (observed vs expected): {cells}")
-        best = (s.info.get("diagnosis") or {}).get("best")
-        if best:
-            lines.append(f"    looks like: {best['mutant']}: {best['description']} (similarity {best['similarity']:.2f})")
-    return "\n".join(lines)
+    return summary(result)
 
 
 def assert_lossless(
@@ -116,8 +81,8 @@ def assert_lossless(
         failed checks with p-values, the most deviating sequences and the matching zoo mutant.
     """
     __tracebackhide__ = True
-    from specaudit.errors import ExitCode, UsageError
     from specaudit.engine.run import run
+    from specaudit.errors import ExitCode, UsageError
 
     result = run(target, scenarios, seed=seed, alpha=alpha, samples=samples, method=method, gate_efficiency=efficiency)
     code = result.exit_code()

@@ -10,7 +10,10 @@ padded fixed-n rows, per-request generators), calls the target, and maps its out
 harness then checks them exactly as for a numpy verifier. Adapters come from three places,
 looked up in this order: the built-ins below, the entry-point group ``specaudit.adapters``, and
 an import string ``pkg.mod:attr`` (or ``file.py:attr``). The object found is an :class:`Adapter`,
-or a plain callable ``build(target, **options) -> verify`` whose options arrive as given.
+or a plain callable ``build(target, **options) -> verify`` whose options arrive as given. The
+built-ins are a :class:`~specaudit.registry.Registry` of import strings; which adapter a target
+alias brings (``hf-transformers`` -> ``hf``) is a column of the one alias table,
+:data:`specaudit.contract.targets.ALIASES`.
 
 Writing one: see README, "Writing an adapter".
 """
@@ -23,37 +26,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specaudit.errors import UsageError, closest
+from specaudit.contract.targets import Alias, alias, load_object
+from specaudit.errors import TargetLoadError, UsageError, closest
+from specaudit.registry import Registry
 
 #: Entry-point group that third-party packages use to register adapters.
 ENTRY_POINT_GROUP = "specaudit.adapters"
 
 #: Built-in adapters: name -> ``module:attribute`` (imported only when used: no torch at import).
-BUILTIN: dict[str, str] = {
-    "torch": "specaudit.adapters.torch:ADAPTER",
-    "hf": "specaudit.adapters.hf:ADAPTER",
-    "vllm": "specaudit.adapters.vllm:ADAPTER",
-    "flashinfer": "specaudit.adapters.flashinfer:ADAPTER",
-    "sglang_tree": "specaudit.adapters.sglang_tree:ADAPTER",  # tree contract (issue 9)
-}
-
-
-@dataclass(frozen=True)
-class Preset:
-    """What a target alias brings besides its import string: an adapter and a default suite."""
-
-    adapter: str
-    scenarios: tuple[str, ...] | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
-#: Target aliases (``loading.ALIASES``) that need an adapter; ``specaudit run ALIAS`` uses it.
-PRESETS: dict[str, Preset] = {
-    "hf-transformers": Preset("hf", ("tag:hf", "corners")),
-    "vllm-v1": Preset("vllm", options={"device": "cuda"}),
-    "flashinfer-chain": Preset("flashinfer", options={"device": "cuda"}),
-    "sglang-tree": Preset("sglang_tree", ("tag:topk",), {"tensors": "torch", "device": "cuda"}),
-}
+BUILTIN: Registry[str] = Registry("adapter", UsageError)
+BUILTIN.register("torch", "specaudit.adapters.torch:ADAPTER")
+BUILTIN.register("hf", "specaudit.adapters.hf:ADAPTER")
+BUILTIN.register("vllm", "specaudit.adapters.vllm:ADAPTER")
+BUILTIN.register("flashinfer", "specaudit.adapters.flashinfer:ADAPTER")
+BUILTIN.register("sglang_tree", "specaudit.adapters.sglang_tree:ADAPTER")  # the tree contract
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -195,9 +181,6 @@ def _replace(adapter: Adapter, **changes: Any) -> Adapter:
 
 
 def _import_attr(spec: str, what: str) -> Any:
-    from specaudit.errors import TargetLoadError
-    from specaudit.contract.targets import load_object
-
     try:
         return load_object(spec)
     except TargetLoadError as exc:
@@ -207,7 +190,7 @@ def _import_attr(spec: str, what: str) -> Any:
 def get(name: str) -> Adapter:
     """Return the adapter called ``name``: a built-in, an entry point, or an import string."""
     if name in BUILTIN:
-        return _import_attr(BUILTIN[name], f"built-in adapter {name!r}")
+        return _import_attr(BUILTIN.get(name), f"built-in adapter {name!r}")
     eps = _entry_points()
     if name in eps:
         try:
@@ -232,7 +215,7 @@ def available() -> list[Adapter]:
             continue
         try:
             found.append(_as_adapter(ep.load(), name, f"entry point {ep.value}"))
-        except Exception:  # noqa: BLE001, S112 - listing must not die on a broken plugin
+        except Exception:  # noqa: BLE001 - listing must not die on a broken plugin
             continue
     return found
 
@@ -259,7 +242,7 @@ def choose(
     The command line wins over the scenario, which wins over a target alias's preset. Options
     given on the command line are laid over the scenario's when both name the same adapter.
     """
-    preset = PRESETS.get(target) if isinstance(target, str) else None
+    preset = _preset(target)
     name = run_adapter
     if name is None and scenario_adapter is not None:
         name = scenario_adapter.name
@@ -286,10 +269,17 @@ def wrap(target: Callable[..., Any], choice: AdapterChoice) -> Callable[..., Any
     return get(choice.name).wrap(target, choice.options)
 
 
+def _preset(target: str | Callable[..., Any]) -> Alias | None:
+    """Return the alias ``target`` names when it brings an adapter, else None."""
+    entry = alias(target)
+    return entry if entry is not None and entry.adapter is not None else None
+
+
 def preset_scenarios(target: str | Callable[..., Any]) -> list[str] | None:
     """Return the default suite of a target alias that brings one (e.g. ``tag:hf``), else None."""
-    if isinstance(target, str) and target in PRESETS and PRESETS[target].scenarios is not None:
-        return list(PRESETS[target].scenarios)  # type: ignore[arg-type]
+    entry = alias(target)
+    if entry is not None and entry.scenarios is not None:
+        return list(entry.scenarios)
     return None
 
 

@@ -84,7 +84,7 @@ def build(
             tp = to_torch(arrays["target_probs"], device, fdt)
             accepted = to_torch(base_accepted, device).clone()
             emitted = to_torch(base_emitted, device).clone()
-            if takes_uniforms:
+            if uniforms is not None:  # takes_uniforms
                 u = to_torch(uniforms, device, torch.float32)
                 result = target(dp, ids, u, tp, accepted, emitted, deterministic)
             else:

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from specaudit.contract.uniforms import ScriptedUniforms
+
 #: Marker attribute: an rng whose class sets ``scripted = True`` yields chosen uniforms.
 SCRIPTED_MARKER = "scripted"
 
@@ -36,8 +38,6 @@ def is_scripted(rng: Any) -> bool:
     any object whose class sets ``scripted = True`` and has ``random(size)``."""
     if getattr(type(rng), SCRIPTED_MARKER, False) is True:
         return True
-    from specaudit.contract.uniforms import ScriptedUniforms
-
     return isinstance(rng, ScriptedUniforms)
 
 
@@ -108,7 +108,7 @@ def scripted_torch(rng: Any) -> Iterator[None]:
     def rand(*size: Any, generator: Any = None, dtype: Any = None, device: Any = None, **kw: Any) -> Any:
         return _uniforms(rng, _shape(size or (kw["size"],)), dtype, device)
 
-    def rand_like(input: Any, *, dtype: Any = None, device: Any = None, **_: Any) -> Any:  # noqa: A002
+    def rand_like(input: Any, *, dtype: Any = None, device: Any = None, **_: Any) -> Any:  # `input`: torch's own parameter name
         return _uniforms(rng, tuple(input.shape), dtype or input.dtype, device or input.device)
 
     def uniform_(self: Any, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Any:
@@ -123,7 +123,7 @@ def scripted_torch(rng: Any) -> Iterator[None]:
             self.copy_((-torch.log1p(-u) / lambd).to(self.dtype))
         return self
 
-    def multinomial(input: Any, num_samples: int, replacement: bool = False, *, generator: Any = None, **_: Any) -> Any:  # noqa: A002
+    def multinomial(input: Any, num_samples: int, replacement: bool = False, *, generator: Any = None, **_: Any) -> Any:  # `input`: torch's own parameter name
         return _multinomial(rng, input, int(num_samples), bool(replacement))
 
     def multinomial_method(self: Any, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Any:

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import Adapter, Option
-from specaudit.errors import ContractError
 from specaudit.contract.tree import tree_contract
+from specaudit.errors import ContractError
 
 
 def links(parent: np.ndarray, num_nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +76,7 @@ def build(
     """Return a tree-contract verifier that drives ``target`` in SGLang's layout."""
 
     @tree_contract
-    def verify(tokens, parent, q, p, num_nodes, rng):  # type: ignore[no-untyped-def]
+    def verify(tokens, parent, q, p, num_nodes, rng):
         tokens = np.asarray(tokens)
         batch, n = tokens.shape
         if batch == 0:

@@ -29,8 +29,8 @@ import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter, Option
 from specaudit.adapters.randomness import is_scripted, torch_source
-from specaudit.errors import ContractError
 from specaudit.chains.sampling import sample_rows
+from specaudit.errors import ContractError
 
 PLACEHOLDER = -1
 
@@ -60,7 +60,7 @@ def sampling_metadata(batch: int, device: str, generators: dict[int, Any]) -> An
         "generators": generators,
     }
     try:
-        from vllm.v1.sample.metadata import SamplingMetadata  # type: ignore[import-not-found]
+        from vllm.v1.sample.metadata import SamplingMetadata
     except ImportError:
         return types.SimpleNamespace(**core)
     # fields vary across vLLM versions: fill the ones that matter here, neutral values elsewhere
@@ -76,7 +76,7 @@ def sampling_metadata(batch: int, device: str, generators: dict[int, Any]) -> An
             values[f.name] = core[f.name]
         elif f.name in neutral:
             values[f.name] = neutral[f.name]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             values[f.name] = None
     return SamplingMetadata(**values)
 

@@ -1,10 +1,12 @@
-"""Compare a run with an earlier one (its JSON document) and gate regressions.
+"""Compare a run with an earlier one (read back from its results file) and gate regressions.
 
 Scenarios are matched by name. Two results of a scenario are comparable only when their
 scenario content hashes agree: a changed scenario measures something else, so it is reported
 as "not comparable", never as a regression. Gates are rules ``METRIC:THRESHOLD`` (``--fail-on
 tokens-per-step:2%``): the run fails when a metric moves the wrong way by more than the
-threshold, relative (``2%``) or absolute (``0.05``), on any comparable scenario.
+threshold, relative (``2%``) or absolute (``0.05``), on any comparable scenario. Both runs are
+RunResult objects; the comparison is a :class:`specaudit.results.Comparison`, which the run
+carries (``RunResult.baseline``) into its results document and reports.
 """
 
 from __future__ import annotations
@@ -12,44 +14,46 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from specaudit.errors import UsageError, closest
-from specaudit.results import document_status
+from specaudit.results import Comparison, RunResult, ScenarioResult
+from specaudit.results import ComparisonRow as Row
 
-__all__ = ["METRICS", "Comparison", "Metric", "Rule", "compare", "parse_rule"]
+__all__ = ["METRICS", "Comparison", "Metric", "Row", "Rule", "compare", "parse_rule"]
 
 
 @dataclass(frozen=True)
 class Metric:
     """A number read from one scenario's result, and which direction is better."""
 
+    #: What the number is, for messages.
     description: str
-    read: Callable[[Mapping[str, Any]], float | None]
-    stderr: Callable[[Mapping[str, Any]], float | None] = lambda s: None
+    #: Read the number from a scenario's result (None: not measured there).
+    read: Callable[[ScenarioResult], float | None]
+    #: Read its standard error, when the result has one.
+    stderr: Callable[[ScenarioResult], float | None] = lambda s: None
+    #: Which direction is better.
     higher_is_better: bool = True
 
 
-def _check_data(s: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    for c in s.get("checks") or []:
-        if c.get("name") == name:
-            return c.get("data") or {}
-    return {}
+def _check_data(s: ScenarioResult, name: str) -> Mapping[str, object]:
+    c = s.check(name)
+    return (c.data or {}) if c is not None else {}
 
 
-def _tps(s: Mapping[str, Any]) -> float | None:
+def _tps(s: ScenarioResult) -> float | None:
     v = _check_data(s, "tokens-per-step").get("estimate")
-    return None if v is None else float(v)
+    return None if v is None else float(v)  # type: ignore[arg-type]
 
 
-def _tps_se(s: Mapping[str, Any]) -> float | None:
+def _tps_se(s: ScenarioResult) -> float | None:
     v = _check_data(s, "tokens-per-step").get("stderr")
-    return None if v is None else float(v)
+    return None if v is None else float(v)  # type: ignore[arg-type]
 
 
-def _verifier_time(s: Mapping[str, Any]) -> float | None:
-    n, t = s.get("samples") or 0, s.get("verifier_seconds")
+def _verifier_time(s: ScenarioResult) -> float | None:
+    n, t = s.samples or 0, s.verifier_seconds
     return None if not n or not t else 1e6 * float(t) / n
 
 
@@ -84,81 +88,41 @@ def parse_rule(text: str) -> Rule:
     return Rule(metric, value / 100 if relative else value, relative, text.strip())
 
 
-@dataclass(frozen=True)
-class Row:
-    """One scenario, then and now."""
-
-    scenario: str
-    old_status: str | None
-    new_status: str | None
-    old_tps: float | None
-    new_tps: float | None
-    tps_change: float | None  # relative
-    comparable: bool
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The comparison of a run with its baseline."""
-
-    path: str
-    version: str
-    started: str
-    rules: tuple[str, ...]
-    rows: tuple[Row, ...]
-    regressions: tuple[dict[str, Any], ...] = ()
-    not_comparable: tuple[str, ...] = ()
-
-    @property
-    def failed(self) -> bool:
-        """Return True when a rule was broken on a comparable scenario."""
-        return bool(self.regressions)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form (stored under ``baseline`` in the results document)."""
-        d = asdict(self)
-        d["rules"], d["rows"] = list(self.rules), [asdict(r) for r in self.rows]
-        d["regressions"], d["not_comparable"] = list(self.regressions), list(self.not_comparable)
-        return d
-
-
 def _worse_by(metric: Metric, old: float, new: float, rule: Rule) -> float:
     """Return how much worse ``new`` is than ``old`` in the rule's unit (negative: better)."""
     delta = (old - new) if metric.higher_is_better else (new - old)
     return delta / abs(old) if rule.relative else delta
 
 
-def compare(
-    old: Mapping[str, Any], new: Mapping[str, Any], rules: Sequence[Rule] = (), path: str = ""
-) -> Comparison:
-    """Compare two results documents scenario by scenario and apply the gate ``rules``.
+def compare(old: RunResult, new: RunResult, rules: Sequence[Rule] = (), path: str = "") -> Comparison:
+    """Compare two runs scenario by scenario and apply the gate ``rules``.
 
     Parameters
     ----------
-    old, new : mapping
-        Results documents (``specaudit.results.document.to_dict``), the baseline first.
+    old, new : RunResult
+        The runs as read back from their results files (``specaudit.results.document.read``),
+        the baseline first.
     rules : sequence of Rule
         Gates; without any, the comparison is reported but never fails.
     path : str
         Where the baseline came from, for messages.
     """
-    before = {s["name"]: s for s in old.get("scenarios", [])}
+    before = {s.name: s for s in old.scenarios}
     rows, regressions, not_comparable = [], [], []
-    for s in new.get("scenarios", []):
-        o = before.pop(s["name"], None)
+    for s in new.scenarios:
+        o = before.pop(s.name, None)
         if o is None:
-            rows.append(Row(s["name"], None, _status(s), None, _tps(s), None, False, "new scenario"))
+            rows.append(Row(s.name, None, s.status.value, None, _tps(s), None, False, "new scenario"))
             continue
-        status_new = _status(s)
-        status_old = _status(o)
-        comparable = o.get("content_hash") == s.get("content_hash")
+        status_new = s.status.value
+        status_old = o.status.value
+        comparable = o.content_hash == s.content_hash
         t_old, t_new = _tps(o), _tps(s)
         change = None if t_old in (None, 0) or t_new is None else (t_new - t_old) / t_old
         if not comparable:
-            not_comparable.append(s["name"])
-            rows.append(Row(s["name"], status_old, status_new, t_old, t_new, change, False,
-                            f"not comparable: scenario content changed ({o.get('content_hash')} -> {s.get('content_hash')})"))
+            not_comparable.append(s.name)
+            rows.append(Row(s.name, status_old, status_new, t_old, t_new, change, False,
+                            f"not comparable: scenario content changed ({o.content_hash} -> {s.content_hash})"))
             continue
         notes = []
         if status_old == "passed" and status_new in ("failed", "error"):
@@ -177,25 +141,21 @@ def compare(
                 if se_a is not None and se_b is not None and (se_a or se_b):
                     noise = f", z = {(b - a) / math.hypot(se_a, se_b):+.1f}"
                 amount = f"{100 * worse:.2f}%" if rule.relative else f"{worse:.4g}"
-                message = (f"{s['name']}: {metric.description} {a:.4g} -> {b:.4g}, worse by {amount}{noise}; "
+                message = (f"{s.name}: {metric.description} {a:.4g} -> {b:.4g}, worse by {amount}{noise}; "
                            f"rule {rule.text}")
-                regressions.append({"scenario": s["name"], "metric": rule.metric, "old": a, "new": b, "worse_by": worse,
-                                    "rule": rule.text, "message": message, "path": s.get("path"), "line": s.get("line")})
+                regressions.append({"scenario": s.name, "metric": rule.metric, "old": a, "new": b, "worse_by": worse,
+                                    "rule": rule.text, "message": message, "path": s.path, "line": s.line})
                 notes.append(f"{rule.metric} regressed ({amount})")
-        rows.append(Row(s["name"], status_old, status_new, t_old, t_new, change, True, "; ".join(notes)))
+        rows.append(Row(s.name, status_old, status_new, t_old, t_new, change, True, "; ".join(notes)))
     for name, o in before.items():
-        rows.append(Row(name, _status(o), None, _tps(o), None, None, False, "not in this run"))
+        rows.append(Row(name, o.status.value, None, _tps(o), None, None, False, "not in this run"))
     return Comparison(
         path=path,
-        version=str(old.get("version", "?")),
-        started=str(old.get("started", "")),
+        version=str(old.version),
+        started=str(old.started),
         rules=tuple(r.text for r in rules),
         rows=tuple(rows),
         regressions=tuple(regressions),
         not_comparable=tuple(not_comparable),
     )
 
-
-def _status(s: Mapping[str, Any]) -> str:
-    """Return a scenario's verdict from its JSON form (a SUSPECT scenario's re-run decides it)."""
-    return document_status(s).value

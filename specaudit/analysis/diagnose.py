@@ -8,9 +8,10 @@ diagnosis ranks mutants by the cosine similarity of the two patterns and names t
 when it is close enough ("looks like: resampling from p after a rejection").
 
 The mutants' laws come from a *law provider*: a function ``(scenario, mutant_name) ->
-{feature: probabilities}``. :func:`default_provider` simulates the mutant through
-:func:`specaudit.simulate.chain.simulate` (every feature at once) and, where ``specaudit.analysis.power``
-offers an exact ``mutant_joint_law``, takes the joint law from there instead.
+{feature: probabilities}``. :func:`~specaudit.analysis.mutant_laws.default_provider` simulates
+the mutant through :func:`specaudit.simulate.chain.simulate` (every feature at once) and, where
+:func:`~specaudit.analysis.mutant_laws.mutant_joint_law` has an exact joint law, takes it from
+there instead (:mod:`specaudit.analysis.mutant_laws`, shared with power and planning).
 
 Diagnosis works from the check results alone (their stored observed/expected counts), so it
 is a pure function of the results plus the scenario; the runner stores it in
@@ -19,24 +20,37 @@ is a pure function of the results plus the scenario; the runner stores it in
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from specaudit.stats import gof as stats
+from specaudit.analysis.mutant_laws import (
+    DIAGNOSIS_SAMPLES,
+    LawProvider,
+    Laws,
+    default_provider,
+    simulated_provider,
+)
 from specaudit.results import ScenarioResult, Status
 from specaudit.scenarios.schema import Scenario
+from specaudit.stats import gof as stats
+from specaudit.verifiers.zoo import chain as chain_zoo
 
 __all__ = [
     "FEATURES",
     "MIN_SIMILARITY",
+    "DIAGNOSIS_SAMPLES",
     "Diagnosis",
+    "LawProvider",
+    "Laws",
     "Match",
+    "annotate",
     "default_provider",
     "diagnose",
+    "pattern_similarity",
     "simulated_provider",
 ]
 
@@ -47,16 +61,11 @@ FEATURES: dict[str, tuple[str, str]] = {
 }
 #: A failure "looks like" a mutant when the cosine similarity of the patterns reaches this.
 MIN_SIMILARITY = 0.6
-#: Sequences simulated per mutant by the default provider.
-DIAGNOSIS_SAMPLES = 50_000
 #: A simulated mutant whose own deviation from the exact law has a p-value above this is
 #: indistinguishable from a lossless verifier on the scenario and is not a candidate.
 SIGNIFICANCE = 1e-6
 #: Mutant kinds that can explain a failure with ordinary uniforms (boundary mutants cannot).
 KINDS = ("distribution", "lossless-control")
-
-Laws = Mapping[str, np.ndarray]
-LawProvider = Callable[[Scenario, str], "Laws | None"]
 
 
 @dataclass(frozen=True)
@@ -168,65 +177,6 @@ def _significant(observed: Mapping[str, tuple[np.ndarray, np.ndarray]], laws: La
     return df > 0 and stats.chi2_sf(stat, df) < SIGNIFICANCE
 
 
-@functools.lru_cache(maxsize=256)
-def _simulate_laws(spec_json: str, mutant: str, samples: int, seed: int) -> dict[str, np.ndarray]:
-    """Return a mutant's simulated feature laws (cached: a scenario x mutant is simulated once)."""
-    from specaudit.checks import statistical as checks
-    from specaudit.verifiers.zoo import chain as mutants
-    from specaudit.simulate.chain import JointCounts, Plan, simulate
-
-    spec = Scenario.model_validate_json(spec_json)
-    target, draft = spec.chains()
-    joint = JointCounts(spec.vocab, spec.length) if checks.wants_joint(spec) else None
-    harness_ss, verifier_ss = np.random.SeedSequence([seed, samples]).spawn(2)
-    rounds = simulate(
-        mutants.get(mutant).func,
-        target,
-        draft,
-        Plan(spec.length, samples, spec.batch, spec.draft_law),
-        np.random.default_rng(harness_ss),
-        np.random.default_rng(verifier_ss),
-        sinks=[joint] if joint is not None else [],
-    )
-    laws = {"accept-length": rounds.accept_first / max(rounds.accept_first.sum(), 1)}
-    if joint is not None:
-        laws["joint-law"] = joint.counts / max(joint.counts.sum(), 1)
-    return laws
-
-
-def simulated_provider(samples: int = DIAGNOSIS_SAMPLES, seed: int = 0) -> LawProvider:
-    """Return a provider that simulates each mutant for ``samples`` sequences."""
-
-    def provide(spec: Scenario, mutant: str) -> Laws | None:
-        key = spec.model_copy(update={"samples": 1, "seed": 0}).model_dump_json(by_alias=True)
-        return _simulate_laws(key, mutant, samples, seed)
-
-    provide.samples = samples  # type: ignore[attr-defined]  # the noise level, for the significance filter
-    return provide
-
-
-def default_provider(samples: int = DIAGNOSIS_SAMPLES, seed: int = 0) -> LawProvider:
-    """Return the simulated provider, with exact joint laws from ``specaudit.analysis.power`` where it has them."""
-    simulated = simulated_provider(samples, seed)
-    try:
-        from specaudit.analysis.power import mutant_joint_law  # issue 3; optional
-    except ImportError:
-        return simulated
-
-    def provide(spec: Scenario, mutant: str) -> Laws | None:
-        laws = dict(simulated(spec, mutant) or {})
-        try:
-            exact = mutant_joint_law(spec, mutant)
-        except Exception:  # noqa: BLE001 - no exact law for this mutant/scenario: keep the simulated one
-            exact = None
-        if exact is not None and "joint-law" in laws and np.shape(exact) == np.shape(laws["joint-law"]):
-            laws["joint-law"] = np.asarray(exact, dtype=np.float64)
-        return laws
-
-    provide.samples = samples  # type: ignore[attr-defined]
-    return provide
-
-
 def diagnose(
     spec: Scenario,
     result: ScenarioResult,
@@ -264,10 +214,8 @@ def diagnose(
         # only scenarios small enough to store their joint law (<= checks.STORE_CELLS cells) are
         # diagnosed: simulating every mutant on a large-vocabulary scenario would cost minutes
         return None
-    from specaudit.verifiers.zoo import chain as mutants
-
     provider = provider or default_provider()
-    names = list(candidates) if candidates is not None else [m.name for m in mutants.MUTANTS.values() if m.kind in KINDS]
+    names = list(candidates) if candidates is not None else [m.name for m in chain_zoo.MUTANTS.values() if m.kind in KINDS]
     noise = getattr(provider, "samples", None)
     matches, excluded = [], []
     for name in names:
@@ -284,7 +232,7 @@ def diagnose(
         if sim is None:
             excluded.append(name)
             continue
-        m = mutants.get(name)
+        m = chain_zoo.get(name)
         matches.append(Match(name, m.description, m.mirrors, round(sim, 4)))
     matches.sort(key=lambda m: -m.similarity)
     best = matches[0] if matches and matches[0].similarity >= MIN_SIMILARITY else None
@@ -297,8 +245,6 @@ def annotate(
     provider: LawProvider | None = None,
 ) -> tuple[ScenarioResult, ...]:
     """Return the results with ``info["diagnosis"]`` set on every scenario that failed a check."""
-    import dataclasses
-
     out = []
     for result, spec in zip(results, specs):
         found = diagnose(spec, result, provider)

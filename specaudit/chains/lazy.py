@@ -1,4 +1,4 @@
-"""Lazy large-vocabulary chains: every context's law generated from a seed on demand (issue 7).
+"""Lazy large-vocabulary chains: every context's law generated from a seed on demand (large vocabularies).
 
 A :class:`ZipfChain` has one context per prefix: the state is a 64-bit hash of every token so
 far, so the law of token t may depend on the whole prefix (no Markov shortcut, as in a real
@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import numpy.typing as npt
 
 _MASK = (1 << 64) - 1
 #: The state before the first token (an arbitrary odd constant).
 ROOT = 0x9E3779B97F4A7C15
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: npt.ArrayLike) -> np.ndarray:
     """Return splitmix64 of uint64 values (Steele, Lea, Flood 2014): a bijective 64-bit mixer."""
     x = np.asarray(x, dtype=np.uint64)
     with np.errstate(over="ignore"):

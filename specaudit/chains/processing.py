@@ -78,7 +78,7 @@ class SamplingParams:
         """Return the parameters as a JSON-able dict."""
         return asdict(self)
 
-    def replace(self, **changes: Any) -> "SamplingParams":
+    def replace(self, **changes: Any) -> SamplingParams:
         """Return a copy with ``changes`` applied."""
         return SamplingParams(**{**asdict(self), **changes})
 

@@ -1,4 +1,4 @@
-"""Randomised PIT omnibus: an O(N L) test of the whole output law for any vocabulary (issue 7).
+"""Randomised PIT omnibus: an O(N L) test of the whole output law for any vocabulary.
 
 Every emitted token x_t is mapped to ``u_t = F_t(x_t - 1 | x_<t) + W p_t(x_t | x_<t)`` with
 ``W ~ U(0, 1)`` (randomised probability integral transform, Rosenblatt 1952; Brockwell 2007).
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from specaudit.stats import gof as stats
 from specaudit.results import Category, CheckResult, Status
+from specaudit.stats import gof as stats
 
 #: Bins of the pooled uniformity histogram.
 BINS = 64
@@ -71,7 +71,7 @@ class PitCounts:
             pair = cell[:, 0:half:2] * PAIR_BINS + cell[:, 1:half:2]
             self.pairs += np.bincount(pair.ravel(), minlength=PAIR_BINS * PAIR_BINS)
 
-    def merge(self, other: "PitCounts") -> None:
+    def merge(self, other: PitCounts) -> None:
         """Add another shard's histograms."""
         self.hist += other.hist
         self.pairs += other.pairs

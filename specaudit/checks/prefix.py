@@ -1,4 +1,4 @@
-"""Per-prefix (chain-rule) tests for vocabularies too large for the joint test (issue 7).
+"""Per-prefix (chain-rule) tests for vocabularies too large for the joint test.
 
 The joint law of L tokens factorises over the prefix tree: G^2 is additive over nodes and the
 node statistics are independent under the null given the node counts (notes/theory.md). At
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from specaudit.stats import gof as stats
 from specaudit.chains.lazy import mix64
 from specaudit.results import Category, CheckResult, Status
+from specaudit.stats import gof as stats
 
 #: A node is tested when its expected count reaches this (at least two groups of five).
 NODE_MIN = 4 * stats.MIN_EXPECTED
@@ -79,7 +79,7 @@ class PrefixCounts:
         lo, hi = np.searchsorted(h, np.uint64(prefix_hash), "left"), np.searchsorted(h, np.uint64(prefix_hash), "right")
         return np.bincount(x[lo:hi], weights=c[lo:hi], minlength=vocab).astype(np.int64)
 
-    def merge(self, other: "PrefixCounts") -> None:
+    def merge(self, other: PrefixCounts) -> None:
         """Add another shard's counts."""
         self.n += other.n
         for t in range(self.length):
@@ -91,7 +91,7 @@ class PrefixCounts:
         return {"n": self.n, "levels": [[h.tolist(), x.tolist(), c.tolist()] for h, x, c in levels]}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PrefixCounts":
+    def from_dict(cls, data: dict[str, Any]) -> PrefixCounts:
         """Rebuild counts written by :meth:`to_dict`."""
         out = cls(len(data["levels"]))
         out.n = int(data["n"])
@@ -168,10 +168,10 @@ def prefix_tests(target: Any, counts: PrefixCounts, length: int, method: str = "
     """
     n_total = counts.n
     vocab = int(target.vocab)
-    frontier = [((), target.start_states(1), 0, float(n_total))]  # prefix, state, hash, planned
+    frontier: list[tuple[tuple[int, ...], Any, int, float]] = [((), target.start_states(1), 0, float(n_total))]  # prefix, state, hash, planned
     tests: list[NodeTest] = []
     for t in range(length):
-        nxt = []
+        nxt: list[tuple[tuple[int, ...], Any, int, float]] = []
         for prefix, state, h, planned in frontier:
             if len(tests) >= MAX_NODES:
                 break

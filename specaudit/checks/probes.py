@@ -42,12 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from specaudit.stats import gof as stats
-from specaudit.contract.uniforms import ScriptedUniforms
+from specaudit.chains.sampling import sample_rows
 from specaudit.contract.chain import CLAUSES, validate_output
+from specaudit.contract.uniforms import ScriptedUniforms
 from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
 from specaudit.results import Category, CheckResult, Status
-from specaudit.chains.sampling import sample_rows
+from specaudit.stats import gof as stats
 
 #: Rows of most probes (the greedy-drafter corner uses the scenario's ``samples``).
 PROBE_ROWS = 64
@@ -70,11 +70,11 @@ class Inputs:
         """Return V."""
         return self.p.shape[-1]
 
-    def copy(self) -> "Inputs":
+    def copy(self) -> Inputs:
         """Return a deep copy."""
         return Inputs(self.draft.copy(), self.q.copy(), self.p.copy(), self.num_draft.copy())
 
-    def first_change(self, after: "Inputs") -> str | None:
+    def first_change(self, after: Inputs) -> str | None:
         """Describe the first entry that differs in ``after`` (a verifier wrote into it), or None."""
         for name in ("draft", "q", "p", "num_draft"):
             a, b = getattr(self, name), getattr(after, name)
@@ -257,7 +257,7 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
     """One-hot target: tokens are the argmax; accepted count = run of drafts equal to it."""
     rng = pr.rng("one-hot/inputs")
     inputs = pr.standard(rng, PROBE_ROWS)
-    b_count, k, v = inputs.draft.shape[0], pr.k, pr.vocab
+    b_count, k = inputs.draft.shape[0], pr.k
     top = np.argmax(pr.rows_of(pr.target, b_count * (k + 1), rng), axis=1).reshape(b_count, k + 1)
     inputs.p[:] = 0.0
     np.put_along_axis(inputs.p, top[..., None], 1.0, axis=2)
@@ -308,7 +308,7 @@ def corner_greedy_drafter(pr: Prober) -> CheckResult:
     if pr.k == 0:
         return _skipped(name, EFFICIENCY, "k = 0: no draft to verify")
     rng = pr.rng("greedy-drafter/inputs")
-    v, k = pr.vocab, pr.k
+    v = pr.vocab
     # candidate (target row, greedy draft) pairs; keep those with p(x) nearest 1/2 (most informative),
     # chosen from the inputs alone, before any verifier output is seen
     cand = 16 * GREEDY_CONFIGS
@@ -538,7 +538,8 @@ def contract_clauses(pr: Prober) -> CheckResult:
     return _result(name, CONTRACT, True, f"all {len(CLAUSES)} clauses held on {pr.calls} calls ({pr.rows:,} rows)")
 
 
-#: (name, category, probe) in run order; a probe returns one result or several.
+#: (name, category, probe) in run order; a probe returns one result or several. Each is registered
+#: in the one check registry, :data:`specaudit.checks.CHECKS`, after the statistical checks.
 EXACT_CHECKS: list[tuple[str, Category, Callable[[Prober], CheckResult | list[CheckResult]]]] = [
     ("corner-empty-batch", CONTRACT, corner_empty_batch),
     ("corner-k0", CONTRACT, corner_k0),
@@ -552,6 +553,8 @@ EXACT_CHECKS: list[tuple[str, Category, Callable[[Prober], CheckResult | list[Ch
     ("inputs-unmodified", CONTRACT, inputs_unmodified),
     ("contract-clauses", CONTRACT, contract_clauses),
 ]
+#: Result names a probe emits besides its own (the one-hot corner also reports its accepted-count run).
+ALSO_EMITS: dict[str, tuple[str, ...]] = {"corner-one-hot": ("corner-one-hot-run",)}
 
 
 def run_exact(

@@ -1,26 +1,31 @@
-"""Checks: each binds one property of a scenario to one statistic and returns a CheckResult.
+"""The statistical checks of the chain rule's laws, and ``Measured``, what every check reads.
 
-A check is a function ``(measured: Measured) -> CheckResult | None`` (None: does not apply)
-registered in ``STATISTICAL_CHECKS``. Its p-value is raw; the runner applies Holm over the run
-and turns PENDING into a verdict.
+A check is a function ``(measured: Measured) -> CheckResult | None`` (None: does not apply),
+registered in the one check registry (:data:`specaudit.checks.CHECKS`) and run by
+:func:`specaudit.checks.evaluate`. This module holds the three checks that compare a
+simulation with the exact finite-horizon laws (joint law, tokens per step, accepted-count law)
+and :class:`Measured`, the measurements plus their exact references; the other checks
+(greedy, processing, per-prefix, PIT) live beside it and import :class:`Measured` from here.
+Its p-values are raw; the engine applies Holm over the run and turns PENDING into a verdict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from specaudit.laws import chain as exact
-
-from specaudit.stats import gof as stats
+from specaudit import laws
 from specaudit.chains.tabular import TabularChain
+from specaudit.laws import chain as exact
+from specaudit.laws.tree_block import block_expected_accepted
 from specaudit.results import Category, CheckResult, Status
 from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
-from specaudit.simulate.chain import JointCounts, RoundStats
+from specaudit.simulate.tallies import GreedyMatch, JointCounts, RoundStats
+from specaudit.stats import gof as stats
 
 #: How many most-deviating cells a joint-law result keeps for reports.
 TOP_CELLS = 8
@@ -38,15 +43,13 @@ class Measured:
     rounds: RoundStats
     joint: JointCounts | None
     method: str = "pearson"
-    greedy: "GreedyMatch | None" = None  # greedy mode: sequences compared with greedy decoding
-    extra: Mapping[str, Any] = field(default_factory=dict)  # more sinks by name: "prefix", "pit" (issue 7)
+    greedy: GreedyMatch | None = None  # greedy mode: sequences compared with greedy decoding
+    extra: Mapping[str, Any] = field(default_factory=dict)  # more sinks by name: "prefix", "pit" (large V / L)
 
     @cached_property
     def horizon(self) -> exact.HorizonLaw:
         """Return the exact finite-horizon round law of the scenario's algorithm (chain, block, tree)."""
-        from specaudit.laws import tree_block as exact_multi
-
-        return exact_multi.horizon(self.scenario, self.target, self.draft)
+        return laws.horizon(self.scenario, self.target, self.draft)
 
 
 def _cell_label(index: int, vocab: int, length: int) -> list[int]:
@@ -126,9 +129,7 @@ def tokens_per_step(m: Measured) -> CheckResult | None:
         data["closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
         summary += f"; closed form (1 - a^{k + 1}) / (1 - a) = {data['closed_form']:.3f} at a = {alpha:.3f}"
     elif alpha is not None and law[-1] == 1.0 and algorithm == "block":
-        from specaudit.laws.tree_block import block_expected_accepted  # Sun et al. 2403.10444: E[tau] = sum E[P_i]
-
-        k = len(law) - 1
+        k = len(law) - 1  # Sun et al. 2403.10444: E[tau] = sum E[P_i]
         data["closed_form"] = 1.0 + block_expected_accepted(m.target.dist[0], m.draft.dist[0], k)
         data["chain_closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
         summary += f"; block closed form 1 + E[tau] = {data['closed_form']:.4f} (chain: {data['chain_closed_form']:.4f})"
@@ -141,9 +142,7 @@ def accept_length(m: Measured) -> CheckResult | None:
     """Test the first round's accepted-count law (i.i.d. across sequences) against the exact law."""
     if not hasattr(m.target, "dist"):
         return None  # lazy chains: the exact law would sum over V**K draft paths
-    from specaudit.laws import tree_block as exact_multi
-
-    law = exact_multi.first_round_accept_law(m.scenario, m.target, m.draft)
+    law = laws.first_round_accept_law(m.scenario, m.target, m.draft)
     fit = stats.goodness_of_fit(m.rounds.accept_first, law, method=m.method)
     total = m.rounds.accept_all.sum()
     data = {
@@ -160,22 +159,6 @@ def accept_length(m: Measured) -> CheckResult | None:
     return CheckResult(
         "accept-length", Category.EFFICIENCY, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
     )
-
-
-STATISTICAL_CHECKS: list[Callable[[Measured], CheckResult | None]] = [joint_law, tokens_per_step, accept_length]
-
-from specaudit.checks.greedy import GreedyMatch, greedy_equality  # noqa: E402 - exact, greedy mode only (issue 4)
-
-STATISTICAL_CHECKS.append(greedy_equality)
-
-from specaudit.checks.processing import processing  # noqa: E402 - which processed quantity diverges (issue 8)
-
-STATISTICAL_CHECKS.append(processing)
-
-from specaudit.checks.pit import pit  # noqa: E402 - large V / L: randomised PIT omnibus (issue 7)
-from specaudit.checks.prefix import per_prefix  # noqa: E402 - large V / L: chain-rule tests (issue 7)
-
-STATISTICAL_CHECKS += [per_prefix, pit]
 
 
 def wants_joint(scenario: Scenario) -> bool:

@@ -1,11 +1,26 @@
 """Calling a verifier safely: its exceptions become VerifierCrash with the user's frames, a call
 past ``--timeout`` becomes VerifierTimeout (SIGALRM, re-fired if swallowed).
+
+Every call the harness makes into user code (chain, logits and tree contracts alike) goes through
+`guarded`, so a crash or a hang in a verifier is reported as the verifier's fault, with the user's
+own traceback frames and where a timed-out call was stopped, and never as an internal error.
 """
 
 from __future__ import annotations
 
-from specaudit.contract.chain import Verifier
-from specaudit.errors import ContractError
+import _signal  # type: ignore[import-not-found]  # signal.signal without the enum wrapping of signal.py (~10 us a call)
+import re
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
+
+#: A verifier of any contract (chain, logits, tree): `guarded` returns the same kind of callable.
+_Call = TypeVar("_Call", bound=Callable[..., Any])
 
 #: Files of specaudit's own harness, left out of the user's traceback.
 HARNESS = (
@@ -19,8 +34,6 @@ HARNESS = (
 
 def _user_frames(exc: BaseException) -> str:
     """Format ``exc`` keeping only frames outside specaudit's harness (the user's code)."""
-    import traceback
-
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith(HARNESS)]
     return "".join(traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)).rstrip()
 
@@ -31,21 +44,16 @@ DEFAULT_TIMEOUT = 60.0
 
 def _can_alarm() -> bool:
     """Return True when SIGALRM can interrupt a call here (POSIX, main thread)."""
-    import signal
-    import threading
-
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
 
 def _stopped_at(where: str) -> str:
     """Return 'file:line in func' of the innermost user frame in a formatted traceback, or ''."""
-    import re
-
     found = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', where)
     return f" at {found[-1][0]}:{found[-1][1]} in {found[-1][2]}" if found else ""
 
 
-def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
+def guarded(verify: _Call, timeout: float | None = None) -> _Call:
     """Wrap ``verify`` so that anything it raises becomes a VerifierCrash carrying the user's frames.
 
     With ``timeout`` (seconds, > 0) a call that runs longer is stopped with VerifierTimeout: a
@@ -56,7 +64,6 @@ def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
     interpreter (a blocking kernel sync, a long C loop) is stopped only when it next does;
     ``time.sleep`` and Python loops stop at once.
     """
-    from specaudit.errors import VerifierCrash, VerifierTimeout
 
     def crash(exc: Exception) -> VerifierCrash | ContractError:
         if isinstance(exc, ContractError):  # an adapter found a layout breach (specaudit.adapters)
@@ -65,17 +72,13 @@ def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
 
     if timeout is None or timeout <= 0:
 
-        def call(*args):  # type: ignore[no-untyped-def] - any contract's arguments (specaudit.contract.logits)
+        def call(*args: Any) -> Any:  # any contract's arguments (specaudit.contract.logits, .tree)
             try:
                 return verify(*args)
-            except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
+            except Exception as exc:  # the user's code may raise anything
                 raise crash(exc) from exc
 
-        return call
-
-    import _signal  # signal.signal without the enum wrapping of signal.py (~10 us a call)
-    import signal
-    import time
+        return cast(_Call, call)
 
     alarm = int(signal.SIGALRM)
 
@@ -86,13 +89,13 @@ def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
             where,
         )
 
-    def timed(*args):  # type: ignore[no-untyped-def]
+    def timed(*args: Any) -> Any:
         if not _can_alarm():
             return call_plain(*args)
         armed = [True]
         fired = [False]
 
-        def on_alarm(signum, frame):  # type: ignore[no-untyped-def]
+        def on_alarm(signum: int, frame: Any) -> None:
             if armed[0]:
                 fired[0] = True
                 raise VerifierTimeout("timeout")
@@ -108,7 +111,7 @@ def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except VerifierTimeout as exc:
             raise late(_user_frames(exc)) from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # the user's code may raise anything
             if fired[0]:  # the verifier caught our timeout and raised something else
                 raise late(_user_frames(exc)) from None
             raise crash(exc) from exc
@@ -120,10 +123,10 @@ def guarded(verify: Verifier, timeout: float | None = None) -> Verifier:
             raise late()
         return result
 
-    def call_plain(*args):  # type: ignore[no-untyped-def]
+    def call_plain(*args: Any) -> Any:
         try:
             return verify(*args)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # the user's code may raise anything
             raise crash(exc) from exc
 
-    return timed
+    return cast(_Call, timed)

@@ -19,6 +19,11 @@ chains hold raw logits and sampling parameters (kind ``logits``) or plain probab
 the probs contract the verifier is handed the processed laws, under the logits contract the
 raw logits and the parameters (probability chains become logits ``log p`` with identity
 processing). :func:`prepare` is the one place that makes this choice.
+
+The chains themselves (:class:`~specaudit.chains.logits.LogitsChain`) live in
+:mod:`specaudit.chains.logits` and the reference verifier of this contract in
+:mod:`specaudit.verifiers.logits` (``reference-logits``): a contract says what a verifier must do
+and imports no verifier.
 """
 
 from __future__ import annotations
@@ -29,23 +34,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specaudit.verifiers import reference
+from specaudit.chains.logits import LogitsChain, params_of
+from specaudit.chains.processing import SamplingParams
 from specaudit.chains.tabular import TabularChain
 from specaudit.errors import UsageError, closest
-from specaudit.chains.processing import SamplingParams, process
 
 __all__ = [
     "CONTRACTS",
-    "LogitsChain",
     "LogitsParams",
     "LogitsVerifier",
     "as_canonical",
     "bind",
     "check_arity",
-    "logits_chain",
-    "params_of",
     "prepare",
-    "verify_reference",
     "view",
 ]
 
@@ -79,38 +80,6 @@ class LogitsVerifier(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-@dataclass(frozen=True, eq=False)
-class LogitsChain(TabularChain):
-    """A chain whose ``dist`` is the processed law of raw ``logits`` under ``params``.
-
-    Exact references read ``dist`` (the processed law); the simulator samples drafts from it and
-    hands the verifier ``payload`` = the raw logits rows.
-    """
-
-    logits: np.ndarray  # [S, V] raw logits, -inf for probability 0
-    params: SamplingParams
-
-    def payload(self, states: np.ndarray) -> np.ndarray:
-        """Return the raw logits rows for ``states``."""
-        return self.logits[states]
-
-    def payload_of(self, probs: np.ndarray) -> np.ndarray:
-        """Return logits ``log(probs)`` for explicit probability rows (padding garbage)."""
-        with np.errstate(divide="ignore"):
-            return np.log(probs)
-
-
-def logits_chain(logits: np.ndarray, nxt: np.ndarray, start: int, params: SamplingParams) -> LogitsChain:
-    """Build a chain from raw logits [S, V]; its law is ``process(logits, params)``."""
-    logits = np.asarray(logits, dtype=np.float64)
-    return LogitsChain(process(logits, params), np.asarray(nxt, dtype=np.int64), int(start), logits, params)
-
-
-def params_of(chain: TabularChain) -> SamplingParams:
-    """Return the chain's sampling parameters (identity for a probability chain)."""
-    return chain.params if isinstance(chain, LogitsChain) else SamplingParams()
-
-
 def view(chain: TabularChain, contract: str) -> TabularChain:
     """Return ``chain`` with the payload form of ``contract`` (same law, same states)."""
     _check_contract(contract)
@@ -129,7 +98,7 @@ def bind(verify_logits: Callable[..., Any], params: LogitsParams) -> Callable[..
     The canonical ``q`` and ``p`` slots carry the draft and target logits (the chains' payload).
     """
 
-    def call(draft, draft_logits, target_logits, num_draft, rng):  # type: ignore[no-untyped-def]
+    def call(draft, draft_logits, target_logits, num_draft, rng):
         return verify_logits(draft, draft_logits, target_logits, num_draft, params, rng)
 
     call.params = params  # type: ignore[attr-defined]
@@ -144,7 +113,7 @@ def as_canonical(verify_logits: Callable[..., Any]) -> Callable[..., Any]:
     """
     identity = LogitsParams()
 
-    def call(draft, q, p, num_draft, rng):  # type: ignore[no-untyped-def]
+    def call(draft, q, p, num_draft, rng):
         with np.errstate(divide="ignore"):
             return verify_logits(draft, np.log(q), np.log(p), num_draft, identity, rng)
 
@@ -197,23 +166,3 @@ def _check_contract(contract: str) -> None:
     if contract not in CONTRACTS:
         raise UsageError(f"contract = {contract!r}; allowed: {', '.join(CONTRACTS)}{closest(contract, CONTRACTS)}")
 
-
-def verify_reference(
-    draft: np.ndarray,
-    draft_logits: np.ndarray,
-    target_logits: np.ndarray,
-    num_draft: np.ndarray,
-    params: LogitsParams,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Verify a batch in the logits contract: process both sides, then the chain rule.
-
-    ``q = process(draft_logits, params.draft)`` is the law the drafts were sampled from and
-    ``p = process(target_logits, params.target)`` the processed target, at every position
-    including the bonus; the chain rule (Leviathan et al. 2023, Alg. 1) does the rest. With
-    target temperature 0, ``p`` is one-hot: a draft is accepted iff it is the target's argmax,
-    which is emitted at the first mismatch and as the bonus (greedy decoding).
-    """
-    q = process(draft_logits, params.draft)
-    p = process(target_logits, params.target)
-    return reference.verify(draft, q, p, num_draft, rng)

@@ -1,9 +1,16 @@
-"""Load a verifier from an import string: ``pkg.mod:attr`` or ``path/to/file.py:attr``.
+"""Load a verifier from a TARGET: ``pkg.mod:attr``, ``path/to/file.py:attr``, an alias, or ``mutant:NAME``.
 
 Each failure is a TargetLoadError (usage error, exit code 4) that says which of four things went
 wrong: the module does not exist, the module exists but raised while importing (the user's
 traceback is shown), the attribute is missing (close names suggested), or it is not callable.
 Modelled on uvicorn's ``importer.py``.
+
+This module also holds the one table of target aliases (:data:`ALIASES`): each short name brings
+its import string and, where it needs them, the adapter, the adapter options and the default suite
+it is run with (``hf-transformers`` is driven by the ``hf`` adapter on ``tag:hf corners``). Import
+strings of the modules that moved into folders keep working through :data:`LEGACY` (e.g.
+``specaudit.mutants:NAME`` loads ``specaudit.verifiers.zoo.chain:NAME``), and ``mutant:NAME``
+names any mutant of the zoo. The label a run records stays the string the user typed.
 """
 
 from __future__ import annotations
@@ -12,21 +19,80 @@ import importlib
 import importlib.util
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specaudit.errors import TargetLoadError, closest
+from specaudit.registry import Registry
 
-#: Short names for targets that ship with specaudit or its adapters.
-ALIASES: dict[str, str] = {
-    "reference": "specaudit.verifiers.reference:verify",
-    "reference-logits": "specaudit.contract.logits:verify_reference",  # run with --contract logits
-    "hf-transformers": "transformers.generation.utils:_speculative_sampling",  # adapter hf
-    "vllm-v1": "vllm.v1.sample.rejection_sampler:rejection_sample",  # adapter vllm
-    "flashinfer-chain": "flashinfer.sampling:chain_speculative_sampling",  # adapter flashinfer
-    "sglang-tree": "sgl_kernel:tree_speculative_sampling_target_only",  # adapter sglang_tree (issue 9)
+
+@dataclass(frozen=True)
+class Alias:
+    """A short TARGET name: its import string, and the adapter and default suite it brings."""
+
+    target: str  # the import string it stands for
+    adapter: str | None = None  # the adapter ``specaudit run ALIAS`` drives it with
+    scenarios: tuple[str, ...] | None = None  # its default suite (None: the default suite)
+    options: Mapping[str, Any] = field(default_factory=dict)  # adapter options it brings
+
+
+#: Short names for targets that ship with specaudit or its adapters, in listing order.
+ALIASES: Registry[Alias] = Registry("target alias", TargetLoadError)
+ALIASES.register("reference", Alias("specaudit.verifiers.reference:verify"))
+ALIASES.register("reference-block", Alias("specaudit.verifiers.block:verify", scenarios=("tag:block",)))
+ALIASES.register("reference-tree", Alias("specaudit.verifiers.tree:verify", scenarios=("tag:tree",)))
+ALIASES.register("reference-greedy", Alias("specaudit.verifiers.greedy:verify", scenarios=("tag:greedy",)))
+# run with --contract logits
+ALIASES.register("reference-logits", Alias("specaudit.verifiers.logits:verify_reference"))
+ALIASES.register(
+    "hf-transformers", Alias("transformers.generation.utils:_speculative_sampling", "hf", ("tag:hf", "corners"))
+)
+ALIASES.register(
+    "vllm-v1", Alias("vllm.v1.sample.rejection_sampler:rejection_sample", "vllm", options={"device": "cuda"})
+)
+ALIASES.register(
+    "flashinfer-chain",
+    Alias("flashinfer.sampling:chain_speculative_sampling", "flashinfer", options={"device": "cuda"}),
+)
+ALIASES.register(  # the tree contract
+    "sglang-tree",
+    Alias("sgl_kernel:tree_speculative_sampling_target_only", "sglang_tree", ("tag:topk",),
+          {"tensors": "torch", "device": "cuda"}),
+)
+
+#: ``mutant:NAME`` names any mutant of the zoo (:data:`specaudit.verifiers.zoo.MUTANTS`).
+MUTANT_PREFIX = "mutant:"
+#: The module holding the zoo registry, imported by name when a ``mutant:NAME`` target is loaded.
+ZOO_MODULE = "specaudit.verifiers.zoo"
+
+#: Import strings of modules that moved into folders: old ``module:`` (or whole string) -> new.
+LEGACY: dict[str, str] = {
+    "specaudit.reference:": "specaudit.verifiers.reference:",
+    "specaudit.mutants:": "specaudit.verifiers.zoo.chain:",
+    "specaudit.block:": "specaudit.verifiers.block:",
+    "specaudit.greedy:verify": "specaudit.verifiers.greedy:verify",
+    "specaudit.tree_reference:": "specaudit.verifiers.tree:",
+    "specaudit.tree_mutants:": "specaudit.verifiers.zoo.tree:",
+    "specaudit.logits_mutants:": "specaudit.verifiers.zoo.logits:",
+    "specaudit.logits:verify_reference": "specaudit.verifiers.logits:verify_reference",
 }
+
+
+def import_string(spec: str) -> str:
+    """Return the import string ``spec`` stands for: an alias's, a legacy one's new form, or ``spec``."""
+    if spec in ALIASES:
+        return ALIASES.get(spec).target
+    for old, new in LEGACY.items():
+        if spec == old or (old.endswith(":") and spec.startswith(old)):
+            return new + spec[len(old):]
+    return spec
+
+
+def alias(spec: Any) -> Alias | None:
+    """Return the alias ``spec`` names (None for an import string or a callable)."""
+    return ALIASES.get(spec) if isinstance(spec, str) and spec in ALIASES else None
 
 #: Top-level modules of optional dependencies -> how to install them (named in "not found" errors).
 INSTALL_HINTS: dict[str, str] = {
@@ -42,7 +108,7 @@ def _user_traceback(exc: BaseException) -> str:
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if "importlib" not in f.filename and not f.filename.endswith("specaudit/loading.py")
+        if "importlib" not in f.filename and not f.filename.endswith("specaudit/contract/targets.py")
     ]
     lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
     return "".join(lines).rstrip()
@@ -58,7 +124,7 @@ def _import_file(path: Path) -> Any:
     sys.path.insert(0, str(path.resolve().parent))  # let the file import its siblings
     try:
         spec.loader.exec_module(module)
-    except BaseException as exc:  # noqa: BLE001 - anything the user's module raises
+    except BaseException as exc:  # anything the user's module raises
         sys.modules.pop(name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -86,7 +152,7 @@ def _import_module(name: str) -> Any:
             f"importing {name!r} raised ModuleNotFoundError for {exc.name!r}; the error is in your module:\n"
             f"{_user_traceback(exc)}"
         ) from None
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise TargetLoadError(
@@ -95,7 +161,7 @@ def _import_module(name: str) -> Any:
 
 
 def load_target(spec: str) -> Callable[..., Any]:
-    """Return the callable named by ``spec`` (``pkg.mod:attr``, ``file.py:attr`` or an alias)."""
+    """Return the callable named by ``spec`` (``pkg.mod:attr``, ``file.py:attr``, an alias or ``mutant:NAME``)."""
     obj = load_object(spec)
     if not callable(obj):
         raise TargetLoadError(f"{spec!r} is a {type(obj).__name__}, not a callable verifier")
@@ -103,8 +169,10 @@ def load_target(spec: str) -> Callable[..., Any]:
 
 
 def load_object(spec: str) -> Any:
-    """Return the object named by ``spec`` (``pkg.mod:attr``, ``file.py:attr`` or an alias)."""
-    spec = ALIASES.get(spec, spec)
+    """Return the object named by ``spec`` (``pkg.mod:attr``, ``file.py:attr``, an alias or ``mutant:NAME``)."""
+    if spec.startswith(MUTANT_PREFIX):
+        return _load_mutant(spec[len(MUTANT_PREFIX):])
+    spec = import_string(spec)
     module_part, sep, attr_part = spec.rpartition(":")
     if not sep or not module_part or not attr_part:
         raise TargetLoadError(
@@ -128,3 +196,12 @@ def load_object(spec: str) -> Any:
             )
         obj = getattr(obj, part)
     return obj
+
+
+def _load_mutant(name: str) -> Any:
+    """Return the zoo mutant ``name``'s function; unknown names get the closest match."""
+    zoo = _import_module(ZOO_MODULE)  # by name: the contract layer sits below the verifiers
+    try:
+        return zoo.get(name).func
+    except KeyError as exc:
+        raise TargetLoadError(f"TARGET 'mutant:{name}': {exc.args[0]}") from None

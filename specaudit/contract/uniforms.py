@@ -44,6 +44,16 @@ HIGH = 1.0 - 2.0**-53
 HIGH32 = 1.0 - 2.0**-24
 
 
+def _scalar(size: Any) -> int:
+    """Return a scalar ``size`` as an int."""
+    return int(size)
+
+
+def _shape(size: Any) -> tuple[int, ...]:
+    """Return ``size`` (a scalar or a sequence of ints) as a shape tuple."""
+    return (_scalar(size),) if np.isscalar(size) else tuple(int(s) for s in size)
+
+
 class ScriptedUniforms(np.random.Generator):
     """A Generator whose uniforms alternate 0.0 and 1 - 2**-53, recording whether it was drawn from.
 
@@ -88,7 +98,7 @@ class ScriptedUniforms(np.random.Generator):
         self.methods.add(method)
         if size is None:
             return self.next(1, dtype)[0].item()
-        shape = (int(size),) if np.isscalar(size) else tuple(int(s) for s in size)
+        shape = _shape(size)
         return self.next(math.prod(shape), dtype).reshape(shape)
 
     @property
@@ -151,7 +161,7 @@ class ScriptedUniforms(np.random.Generator):
                 raise ValueError("probabilities are not non-negative")
             if abs(math.fsum(weights) - 1.0) > np.sqrt(np.finfo(np.float64).eps):
                 raise ValueError("probabilities do not sum to 1")
-        count = 1 if size is None else math.prod((int(size),) if np.isscalar(size) else tuple(size))
+        count = 1 if size is None else math.prod((_scalar(size),) if np.isscalar(size) else tuple(size))
         if not replace and count > int((weights > 0).sum()):
             raise ValueError("Cannot take a larger sample than population when replace is False")
         picks = np.empty(count, dtype=np.int64)
@@ -165,7 +175,7 @@ class ScriptedUniforms(np.random.Generator):
         taken = np.take(pool, picks, axis=axis) if pool.ndim else picks
         if size is None:
             return taken[0] if taken.ndim == 1 else np.take(taken, 0, axis=axis)
-        shape = (int(size),) if np.isscalar(size) else tuple(int(s) for s in size)
+        shape = _shape(size)
         return taken.reshape(shape) if pool.ndim == 1 else taken
 
     def standard_exponential(self, size: Any = None, dtype: Any = np.float64, method: str = "zig", out: Any = None) -> Any:
@@ -174,7 +184,7 @@ class ScriptedUniforms(np.random.Generator):
         value = -np.log1p(-np.asarray(u, dtype=np.float64))
         return float(value) if size is None else value.astype(dtype)
 
-    def exponential(self, scale: float = 1.0, size: Any = None) -> Any:
+    def exponential(self, scale: float = 1.0, size: Any = None) -> Any:  # type: ignore[override]  # one signature for numpy's overloads
         """Return ``-scale * log1p(-u)`` (inverse CDF of Exp(scale))."""
         u = self._u(size, "exponential")
         value = -scale * np.log1p(-np.asarray(u, dtype=np.float64))

@@ -1,1 +1,11 @@
-"""TODO."""
+"""Engine: turn a target and scenarios into a RunResult; returns data, never prints.
+
+One run is a pipeline over one frozen, validated :class:`~specaudit.engine.settings.RunSettings`:
+:mod:`~specaudit.engine.run` binds the target to the scenarios, :mod:`~specaudit.engine.scenario`
+makes each scenario a ScenarioResult (exact probes, or blocks of simulated sequences prepared by
+:mod:`~specaudit.engine.bench` and scheduled by :mod:`~specaudit.engine.executors` over processes,
+shards or Ray), and :func:`specaudit.engine.run.finish` settles the run (Holm, re-runs of suspects,
+power and diagnosis). :mod:`~specaudit.engine.merge` ends a sharded run through the same
+``finish``; :mod:`~specaudit.engine.selftest` is a run of runs that tests the tester. The engine
+sits above checks and analysis and below the reporters, which it never imports.
+"""

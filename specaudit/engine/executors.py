@@ -1,4 +1,4 @@
-"""Run scenarios' blocks in parallel, in shards, or on Ray (issue 7).
+"""Run scenarios' blocks in parallel, in shards, or on Ray.
 
 Every scenario is cut into fixed-size, independently seeded blocks (:mod:`specaudit.engine.bench`);
 :func:`measure_units` schedules the blocks of all scenarios on an executor and merges each
@@ -15,7 +15,9 @@ blocks finish:
   cloudpickle, so the verifier must be importable or picklable there.
 
 With early stop, a scenario's blocks are only scheduled up to its next look; ``look`` decides at
-every look whether the scenario goes on (:mod:`specaudit.stats.sequential`).
+every look whether the scenario goes on (:mod:`specaudit.stats.sequential`). Progress is reported
+in the run's one shape, ``progress(scenario, done, total)`` (:data:`Progress`). The settings
+(jobs, backend) were validated by :class:`specaudit.engine.settings.RunSettings`.
 """
 
 from __future__ import annotations
@@ -27,17 +29,21 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from typing import Any
 
+from specaudit.engine.bench import Bench, Progress, Tally
 from specaudit.errors import ContractError, UsageError, VerifierCrash, VerifierTimeout
 from specaudit.results import ErrorInfo
 
-BACKENDS = ("local", "ray")
+__all__ = ["BlockError", "Outcome", "Progress", "Unit", "measure_units", "run_block", "shard_blocks"]
+
+#: What a simulation reports after every batch: ``tick(done, total)`` sequences of the block.
+Tick = Callable[[int, int], None]
 
 
 @dataclass
 class Unit:
     """One scenario to measure: its prepared bench, seed, the blocks to run and where to look."""
 
-    bench: Any  # specaudit.engine.bench.Bench
+    bench: Bench
     seed: int
     blocks: list[int]  # the blocks this run measures, ascending (all, or a shard's)
     looks: list[int] = field(default_factory=list)  # how many of ``blocks`` are done at each look; last = all
@@ -46,21 +52,25 @@ class Unit:
         if not self.looks or self.looks[-1] != len(self.blocks):
             self.looks = [*(x for x in self.looks if x < len(self.blocks)), len(self.blocks)]
 
+    @property
+    def name(self) -> str:
+        """Return the scenario's name (what progress reports)."""
+        return self.bench.spec.name
+
+    @property
+    def planned(self) -> int:
+        """Return the sequences this unit's blocks hold."""
+        return sum(self.bench.sizes[b] for b in self.blocks)
+
 
 @dataclass
 class Outcome:
     """What measuring a unit produced: the merged tally at its last look, or the error that ended it."""
 
-    tally: Any = None  # specaudit.engine.bench.Tally
+    tally: Tally
     error: ErrorInfo | None = None
     looks: int = 0  # looks taken
     stopped: bool = False  # stopped at an interim look
-
-
-def _error_info(exc: BaseException) -> ErrorInfo:
-    from specaudit.engine.run import _error_info as convert
-
-    return convert(exc)
 
 
 @dataclass(frozen=True)
@@ -71,36 +81,32 @@ class BlockError:
     seconds: float
 
 
-def run_block(unit: Unit, block: int, progress: Callable[[int, int], None] | None = None) -> Any:
+def run_block(unit: Unit, block: int, tick: Tick | None = None) -> Tally | BlockError:
     """Return the tally of one block, or a BlockError when the verifier broke the contract, crashed or hung."""
     t0 = time.perf_counter()
     try:
-        return unit.bench.run(unit.seed, block, progress)
+        return unit.bench.run(unit.seed, block, tick)
     except (ContractError, VerifierCrash, VerifierTimeout) as exc:
-        return BlockError(_error_info(exc), time.perf_counter() - t0)
+        return BlockError(ErrorInfo.from_exception(exc), time.perf_counter() - t0)
 
 
 _UNITS: Sequence[Unit] = ()  # inherited by forked workers; never pickled
 
 
-def _forked(i: int, block: int) -> Any:
+def _forked(i: int, block: int) -> Tally | BlockError:
     return run_block(_UNITS[i], block)
 
 
 class _Inline:
-    """Run each task at submission, in this process (jobs = 1)."""
+    """Run each task at submission, in this process (jobs = 1); only here does ``tick`` follow batches."""
 
     slots = 1
 
-    def __init__(self, progress: Callable[[int, int, int], None] | None):
-        self.progress = progress
-
-    def submit(self, i: int, unit: Unit, block: int) -> Future:
-        tick = None if self.progress is None else (lambda done, total: self.progress(i, block, done))
+    def submit(self, i: int, unit: Unit, block: int, tick: Tick | None = None) -> Future:
         fut: Future = Future()
         try:
             fut.set_result(run_block(unit, block, tick))
-        except BaseException as exc:  # noqa: BLE001 - re-raised by result(), like a pool's future
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             fut.set_exception(exc)
@@ -119,7 +125,7 @@ class _Forked:
         self.slots = 2 * jobs  # keep every worker fed while the parent merges and evaluates
         self.pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
 
-    def submit(self, i: int, unit: Unit, block: int) -> Future:
+    def submit(self, i: int, unit: Unit, block: int, tick: Tick | None = None) -> Future:
         return self.pool.submit(_forked, i, block)
 
     def close(self) -> None:
@@ -128,7 +134,7 @@ class _Forked:
         _UNITS = ()
 
 
-def _ray_block(payload: tuple[Any, int], block: int) -> Any:
+def _ray_block(payload: tuple[Bench, int], block: int) -> Tally | BlockError:
     bench, seed = payload
     return run_block(Unit(bench, seed, [block]), block)
 
@@ -154,7 +160,7 @@ class _Ray:
         self.payloads: dict[int, Any] = {}
         self.units = units
 
-    def submit(self, i: int, unit: Unit, block: int) -> Future:
+    def submit(self, i: int, unit: Unit, block: int, tick: Tick | None = None) -> Future:
         if i not in self.payloads:  # the prepared scenario travels once, not once per block
             self.payloads[i] = self.ray.put((unit.bench, unit.seed))
         return self.task.remote(self.payloads[i], block).future()
@@ -164,38 +170,34 @@ class _Ray:
             self.ray.shutdown()
 
 
-def _executor(units: Sequence[Unit], jobs: int, backend: str, address: str | None,
-              progress: Callable[[int, int, int], None] | None) -> Any:
-    if jobs < 1:
-        raise UsageError(f"jobs = {jobs}; allowed: >= 1")
-    if backend not in BACKENDS:
-        raise UsageError(f"backend = {backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+def _executor(units: Sequence[Unit], jobs: int, backend: str, address: str | None) -> _Inline | _Forked | _Ray:
     if backend == "ray":
         return _Ray(units, jobs, address)
     if jobs == 1 or "fork" not in mp.get_all_start_methods() or sum(len(u.blocks) for u in units) <= 1:
-        return _Inline(progress)
+        return _Inline()
     return _Forked(units, jobs)
 
 
 def measure_units(
     units: Sequence[Unit],
-    look: Callable[[int, Any, bool], bool],
+    look: Callable[[int, Tally, bool], bool],
     *,
     jobs: int = 1,
     backend: str = "local",
     address: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[tuple[int, Outcome]]:
     """Measure every unit's blocks; yield ``(index, Outcome)`` as each unit finishes.
 
     ``look(index, tally, final)`` is called in this process at each of a unit's looks with the
     tally of its blocks so far (merged in block order); at an interim look it returns True to
-    stop the unit there. ``progress(index, sequences_done)`` follows finished blocks (jobs = 1:
-    finished batches). A unit whose block errs stops scheduling blocks; its error is its outcome.
+    stop the unit there. ``progress(scenario, sequences_done, sequences_planned)`` follows
+    finished blocks (jobs = 1: finished batches). A unit whose block errs stops scheduling
+    blocks; its error is its outcome.
     """
     n = len(units)
-    merged: list[Any] = [u.bench.empty() for u in units]
-    received: list[dict[int, Any]] = [{} for _ in units]
+    merged: list[Tally] = [u.bench.empty() for u in units]
+    received: list[dict[int, Tally]] = [{} for _ in units]
     upto = [0] * n  # blocks merged (a position in unit.blocks)
     sent = [0] * n  # blocks submitted
     look_at = [0] * n  # index of the next look
@@ -204,11 +206,13 @@ def measure_units(
         if not u.blocks:
             done[i] = True
 
-    def inline_tick(i: int, block: int, seqs: int) -> None:
-        if progress is not None:
-            progress(i, merged[i].sequences + seqs)
+    def tick(i: int) -> Tick | None:  # a block's batches, in this process only (jobs = 1)
+        if progress is None:
+            return None
+        u = units[i]
+        return lambda seqs, _n: progress(u.name, merged[i].sequences + seqs, u.planned)
 
-    ex = _executor(units, jobs, backend, address, inline_tick if progress is not None else None)
+    ex = _executor(units, jobs, backend, address)
     pending: dict[Future, tuple[int, int]] = {}
     try:
         for i in range(n):
@@ -220,7 +224,7 @@ def measure_units(
                 while not done[i] and len(pending) < ex.slots and sent[i] < u.looks[look_at[i]]:
                     pos = sent[i]
                     sent[i] += 1
-                    fut = ex.submit(i, u, u.blocks[pos])
+                    fut = ex.submit(i, u, u.blocks[pos], tick(i))
                     pending[fut] = (i, pos)
                 if len(pending) >= ex.slots:
                     break
@@ -242,7 +246,7 @@ def measure_units(
                     merged[i].merge(received[i].pop(upto[i]))
                     upto[i] += 1
                 if progress is not None and not isinstance(ex, _Inline):
-                    progress(i, merged[i].sequences)
+                    progress(units[i].name, merged[i].sequences, units[i].planned)
                 u = units[i]
                 if upto[i] == u.looks[look_at[i]]:
                     final = look_at[i] == len(u.looks) - 1
@@ -253,17 +257,6 @@ def measure_units(
                         yield i, Outcome(merged[i], None, look_at[i], stopped=not final)
     finally:
         ex.close()
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """Parse ``i/n`` (0 <= i < n) into ``(i, n)``."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise UsageError(f"--shard {text}: expected i/n with integers, e.g. 0/2") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise UsageError(f"--shard {text}: allowed 0 <= i < n, e.g. 0/2 and 1/2")
-    return i, n
 
 
 def shard_blocks(blocks: int, shard: tuple[int, int] | None) -> list[int]:

@@ -1,12 +1,13 @@
-"""``specaudit merge``: combine the JSON of ``--shard i/n`` runs into the unsharded result (issue 7).
+"""``specaudit merge``: combine the JSON of ``--shard i/n`` runs into the unsharded result.
 
 A shard runs blocks ``b = i mod n`` of every scenario (:mod:`specaudit.engine.bench`) and stores, per
 scenario, the scenario itself and its additive tallies (joint counts, round statistics, greedy
 matches, prefix and PIT counts) in ``info``. The merge checks that the shards belong together
-and are complete, adds the tallies, and runs the checks, Holm, power and diagnosis on the sums:
-the counts, p-values and verdicts are those of the unsharded run with the same seed. A merge
-cannot re-run SUSPECT scenarios (it has no verifier): they stay suspect (exit 0); re-run such a
-scenario unsharded with more samples to settle it.
+and are complete (their settings read back through :class:`~specaudit.engine.settings.RunSettings`),
+adds the tallies, runs the checks on the sums and ends like a run (:func:`specaudit.engine.run.finish`:
+Holm, power, diagnosis): the counts, p-values and verdicts are those of the unsharded run with
+the same seed. A merge cannot re-run SUSPECT scenarios (it has no verifier): they stay suspect
+(exit 0); re-run such a scenario unsharded with more samples to settle it.
 """
 
 from __future__ import annotations
@@ -15,25 +16,30 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from specaudit.checks import evaluate
+from specaudit.engine.bench import Bench
+from specaudit.engine.run import finish
+from specaudit.engine.settings import RunSettings, adapter_of
 from specaudit.errors import UsageError
-from specaudit.results import ErrorInfo, RunResult, ScenarioResult
+from specaudit.results import ErrorInfo, RunResult, ScenarioResult, Status
+from specaudit.results.document import scenario_from_dict
+from specaudit.scenarios.schema import Scenario
 
-#: Run settings that only describe one shard (dropped from the merged run's settings).
-SHARD_SETTINGS = ("shard", "suspect_level", "power", "diagnose")
 
-
-def _shard_of(doc: dict[str, Any], path: str) -> tuple[int, int]:
-    shard = doc.get("settings", {}).get("shard")
-    if not shard:
+def _shard_of(doc: dict[str, Any], path: str) -> tuple[tuple[int, int], RunSettings]:
+    """Return the shard ``(i, n)`` and the settings of a shard's document; raise UsageError for anything else."""
+    settings = RunSettings.from_record(doc)
+    if settings.shard is None:
         raise UsageError(f"{path}: not a shard (run with --shard i/n writes one)")
     if doc.get("partial") or doc.get("interrupted"):
-        raise UsageError(f"{path}: shard {shard['index']}/{shard['count']} was interrupted; run it again")
-    return int(shard["index"]), int(shard["count"])
+        raise UsageError(f"{path}: shard {settings.shard[0]}/{settings.shard[1]} was interrupted; run it again")
+    return settings.shard, settings
 
 
-def _check_together(docs: Sequence[dict[str, Any]], paths: Sequence[str]) -> int:
-    """Raise UsageError unless the documents are the n shards of one run; return n."""
-    shards = [_shard_of(d, p) for d, p in zip(docs, paths)]
+def _check_together(docs: Sequence[dict[str, Any]], paths: Sequence[str]) -> list[tuple[tuple[int, int], RunSettings]]:
+    """Raise UsageError unless the documents are the n shards of one run; return their shards and settings."""
+    found = [_shard_of(d, p) for d, p in zip(docs, paths)]
+    shards = [shard for shard, _ in found]
     counts = {n for _, n in shards}
     if len(counts) != 1:
         raise UsageError("shards of different splits: " + ", ".join(f"{p} is {i}/{n}" for (i, n), p in zip(shards, paths)))
@@ -47,18 +53,17 @@ def _check_together(docs: Sequence[dict[str, Any]], paths: Sequence[str]) -> int
     if missing:
         need = ", ".join(f"{i}/{n}" for i in missing)
         raise UsageError(f"missing shard(s) {need}: run `specaudit run ... --shard {missing[0]}/{n}` and merge its JSON too")
-    first, p0 = docs[0], paths[0]
 
-    def key(doc: dict[str, Any]) -> tuple:
-        settings = {k: v for k, v in doc.get("settings", {}).items() if k != "shard"}
+    def key(doc: dict[str, Any], settings: RunSettings) -> tuple:
         scen = [(s["name"], s["content_hash"], s["seed"], s.get("info", {}).get("shard", {}).get("planned"))
                 for s in doc["scenarios"]]
-        return doc["target"], doc["alpha"], doc.get("seed"), repr(sorted(settings.items())), scen
+        return doc["target"], dataclasses.replace(settings, shard=None), adapter_of(doc), scen
 
-    for doc, p in zip(docs[1:], paths[1:]):
-        if key(doc) != key(first):
-            raise UsageError(f"{p} and {p0} are shards of different runs (target, alpha, seed, settings or scenarios differ)")
-    return n
+    first = key(docs[0], found[0][1])
+    for doc, (_, s), p in zip(docs[1:], found[1:], paths[1:]):
+        if key(doc, s) != first:
+            raise UsageError(f"{p} and {paths[0]} are shards of different runs (target, alpha, seed, settings or scenarios differ)")
+    return found
 
 
 def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None = None) -> RunResult:
@@ -77,20 +82,15 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
     RunResult
         Counts, p-values (Holm over the whole run) and verdicts equal to the unsharded run's.
     """
-    from specaudit import __version__
-    from specaudit.engine import run as runner
-    from specaudit.engine.bench import Bench
-    from specaudit.scenarios.schema import Scenario
-
     paths = list(paths or [f"<document {i}>" for i in range(len(docs))])
     if not docs:
         raise UsageError("nothing to merge: give the JSON of every shard")
-    n = _check_together(docs, paths)
-    docs = sorted(docs, key=lambda d: d["settings"]["shard"]["index"])
+    found = _check_together(docs, paths)
+    order = sorted(range(len(docs)), key=lambda k: found[k][0])
+    docs = [docs[k] for k in order]
     first = docs[0]
-    settings = first.get("settings", {})
-    contract, method = settings.get("contract", "probs"), settings.get("method", "pearson")
-    gate = settings.get("gate_efficiency", True)
+    n = len(docs)
+    settings = dataclasses.replace(found[order[0]][1], shard=None)  # the merged run is the unsharded run
     out: list[ScenarioResult] = []
     specs = []
     for j, s0 in enumerate(first["scenarios"]):
@@ -109,63 +109,38 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
         spec = Scenario.model_validate(info["scenario"])
         specs.append(spec)
         if "tally" not in info:  # exact-mode scenarios: probes, no blocks; every shard ran them whole
-            out.append(_unsettled(runner_result_from_doc(s0)))
+            out.append(_unsettled(scenario_from_dict(s0)))
             continue
         extra = {"adapter": info["adapter"]} if "adapter" in info else {}
         if errors:
             err = errors[0]["error"]
             out.append(dataclasses.replace(base, samples=spec.samples, error=ErrorInfo(**err), info=extra))
             continue
-        bench = Bench(lambda *a: None, spec, contract)
+        bench = Bench(lambda *a: None, spec, settings.contract)
         tally = bench.empty()
         for p in parts:
             tally.merge(bench.tally(p["info"]["tally"]))
         if tally.blocks != list(range(bench.blocks)):
             raise UsageError(f"scenario {spec.name}: the shards hold blocks {tally.blocks}, expected 0..{bench.blocks - 1}")
-        measured = bench.measured(tally, method)
-        checked = runner.evaluate(measured, gate)
+        measured = bench.measured(tally, settings.method)
+        checked = evaluate(measured, settings.gate_efficiency)
         if not spec.lazy:
             extra["tokens_per_step_exact"] = measured.horizon.tokens_per_step
         extra["merged"] = {"shards": n, "blocks": bench.blocks}
         out.append(dataclasses.replace(base, samples=spec.samples, checks=checked, info=extra))
-    alpha = first["alpha"]
-    suspect = settings.get("suspect_level")
-    suspect = runner.default_suspect_level(alpha) if suspect is None else suspect
-    checked_run = runner.apply_holm(out, alpha, suspect if suspect > alpha else None)
-    if settings.get("power", True):
-        from specaudit.analysis import power
-
-        checked_run = power.annotate(checked_run, specs, alpha)
-    if settings.get("diagnose", True):
-        from specaudit.analysis import diagnose
-
-        checked_run = diagnose.annotate(checked_run, specs)
-    return RunResult(
-        target=first["target"],
-        alpha=alpha,
-        seed=first.get("seed"),
-        version=__version__,
-        scenarios=tuple(checked_run),
-        started=min(d.get("started", "") for d in docs),
-        seconds=max(d.get("seconds", 0.0) for d in docs),
-        settings={**{k: v for k, v in settings.items() if k not in SHARD_SETTINGS}, "merged_shards": n},
+    seconds = max(d.get("seconds", 0.0) for d in docs)
+    return finish(
+        first["target"], out, specs, settings,
+        started=min(d.get("started", "") for d in docs), elapsed=lambda: seconds,
+        adapter=adapter_of(first), recorded={"merged_shards": n},
     )
 
 
 def _unsettled(result: ScenarioResult) -> ScenarioResult:
     """Return ``result`` with its p-value checks back to PENDING, for Holm over the merged run."""
-    from specaudit.results import Status
-
     checks = tuple(
         dataclasses.replace(c, status=Status.PENDING, adjusted_pvalue=None) if c.adjusted_pvalue is not None else c
         for c in result.checks
     )
     info = {k: v for k, v in result.info.items() if k not in ("scenario", "shard", "power", "sensitivity", "diagnosis")}
     return dataclasses.replace(result, checks=checks, info=info)
-
-
-def runner_result_from_doc(s: dict[str, Any]) -> ScenarioResult:
-    """Return a scenario result read back from its JSON (exact-mode scenarios, identical in every shard)."""
-    from specaudit.results.document import scenario_from_dict
-
-    return scenario_from_dict(s)

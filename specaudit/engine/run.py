@@ -1,6 +1,12 @@
-"""The engine: load -> simulate -> check -> results. Returns data; never prints.
+"""Run: bind -> measure every scenario -> finish (Holm, re-runs, power, diagnosis). Returns data; never prints.
 
-Shaped as a pipeline of small task functions (nox ``workflow.py``), each testable alone.
+Shaped as a pipeline of small task functions over one frozen settings object (nox
+``workflow.execute``), each testable alone. :func:`run` is the public face (``specaudit.run``):
+its keyword arguments become a :class:`~specaudit.engine.settings.RunSettings`, validated once,
+and :func:`execute` runs the pipeline. :func:`finish` is the end of every run and of every
+``specaudit merge`` (:mod:`specaudit.engine.merge`): Holm over the whole run, re-runs of the
+SUSPECT scenarios where a verifier is at hand, the power and diagnosis annotations, and the
+RunResult.
 """
 
 from __future__ import annotations
@@ -13,19 +19,43 @@ from typing import Any
 
 import numpy as np
 
-from specaudit import __version__
-
-from specaudit.checks import statistical as checks
-from specaudit.contract.guard import DEFAULT_TIMEOUT, guarded
-from specaudit.errors import ContractError, UsageError, VerifierCrash, VerifierTimeout
+from specaudit import __version__, adapters
+from specaudit.analysis.diagnose import annotate as annotate_diagnosis
+from specaudit.analysis.power import annotate as annotate_power
+from specaudit.contract import logits, tree
+from specaudit.contract.guard import DEFAULT_TIMEOUT
 from specaudit.contract.targets import load_target
-from specaudit.results import Category, CheckResult, ErrorInfo, RunResult, ScenarioResult, Status
-from specaudit.scenarios.schema import LoadedScenario, Scenario, resolve
+from specaudit.engine.executors import Progress
+from specaudit.engine.scenario import Task, measure, run_scenarios, scenario_seed
+from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings, default_suspect_level, parse_shard
+from specaudit.results import RunResult, ScenarioResult, Status
+from specaudit.scenarios.catalogue import resolve
+from specaudit.scenarios.loading import LoadedScenario
+from specaudit.scenarios.schema import Scenario
+from specaudit.stats.gof import holm
 
-DEFAULT_ALPHA = 1e-3
+__all__ = [
+    "DEFAULT_ALPHA",
+    "RERUN_FACTOR",
+    "RunSettings",
+    "apply_holm",
+    "bind",
+    "default_suspect_level",
+    "execute",
+    "finish",
+    "measure",
+    "measure_all",
+    "rerun_seed",
+    "rerun_suspects",
+    "resolve_scenarios",
+    "resolve_target",
+    "run",
+    "scenario_seed",
+]
 
 ScenarioLike = str | LoadedScenario | Scenario
-Progress = Callable[[str, int, int], None]
+#: ``remeasure(index, seed, samples)``: scenario ``index`` of the run measured again.
+Remeasure = Callable[[int, int, int], ScenarioResult]
 
 
 def resolve_target(target: str | Callable[..., Any]) -> tuple[Callable[..., Any], str]:
@@ -36,7 +66,7 @@ def resolve_target(target: str | Callable[..., Any]) -> tuple[Callable[..., Any]
     return load_target(target), target
 
 
-def resolve_scenarios(scenarios: Sequence[ScenarioLike] | None) -> list[LoadedScenario]:
+def resolve_scenarios(scenarios: Sequence[ScenarioLike] | ScenarioLike | None) -> list[LoadedScenario]:
     """Return loaded scenarios from names, paths, or scenario objects (default suite for None)."""
     if scenarios is None:
         return resolve(None)
@@ -53,93 +83,6 @@ def resolve_scenarios(scenarios: Sequence[ScenarioLike] | None) -> list[LoadedSc
     return out
 
 
-def scenario_seed(run_seed: int | None, loaded: LoadedScenario) -> int:
-    """Return the simulation seed: the scenario's own, or one derived from the run seed and its content."""
-    if run_seed is None:
-        return loaded.spec.seed
-    mixed = np.random.SeedSequence([run_seed, int(loaded.spec.content_hash(), 16)])
-    return int(mixed.generate_state(1, dtype=np.uint32)[0])
-
-
-def measure(
-    verify: Callable[..., Any],
-    spec: Scenario,
-    seed: int,
-    method: str = "pearson",
-    progress: Callable[[int, int], None] | None = None,
-    contract: str = "probs",
-    max_memory: int | None = None,
-) -> checks.Measured:
-    """Simulate one scenario through ``verify`` (in ``contract``) and return the measurements.
-
-    The scenario's blocks (``specaudit.engine.bench``) run in order in this process; ``run(jobs=...)``
-    spreads the same blocks over processes with identical results.
-    """
-    from specaudit.engine.bench import Bench
-
-    bench = Bench(verify, spec, contract, max_memory)
-    return bench.measured(bench.measure(seed, progress=progress), method)
-
-
-def evaluate(measured: checks.Measured, gate_efficiency: bool = True) -> tuple[CheckResult, ...]:
-    """Run every applicable statistical check on the measurements."""
-    results = []
-    for check in checks.STATISTICAL_CHECKS:
-        result = check(measured)
-        if result is None:
-            continue
-        if result.category is Category.EFFICIENCY and not gate_efficiency:
-            result = dataclasses.replace(result, gate=False)
-        results.append(result)
-    return tuple(results)
-
-
-def _error_info(exc: BaseException) -> ErrorInfo:
-    if isinstance(exc, ContractError):
-        return ErrorInfo("contract", str(exc), exc.clause)
-    if isinstance(exc, VerifierTimeout):
-        return ErrorInfo("timeout", str(exc), traceback=exc.user_traceback)
-    if isinstance(exc, VerifierCrash):
-        return ErrorInfo("crash", str(exc), traceback=exc.user_traceback)
-    raise exc
-
-
-def run_scenario(
-    verify: Callable[..., Any],
-    loaded: LoadedScenario,
-    seed: int,
-    samples: int | None = None,
-    method: str = "pearson",
-    gate_efficiency: bool = True,
-    progress: Progress | None = None,
-    contract: str = "probs",
-    timeout: float | None = DEFAULT_TIMEOUT,
-    max_memory: int | None = None,
-) -> ScenarioResult:
-    """Measure and check one scenario; a verifier crash, hang or contract breach becomes an ERROR result."""
-    spec = loaded.spec
-    if samples is not None:
-        spec = spec.model_copy(update={"samples": samples})
-    from specaudit.engine.scenario import Options, base_result, run_scenarios  # blocks, in this process (specaudit.engine.bench)
-
-    t0 = time.perf_counter()
-    if spec.mode == "exact":  # exact probes instead of a simulation (specaudit.checks.probes)
-        from specaudit.checks import probes as exact_checks
-
-        done = exact_checks.run_exact(guarded(verify, timeout), spec, seed, gate_efficiency, contract)
-        return dataclasses.replace(
-            base_result(loaded, spec, seed),
-            checks=done.checks,
-            error=None if done.error is None else _error_info(done.error),
-            seconds=time.perf_counter() - t0,
-            verifier_seconds=done.verifier_seconds,
-            calls=done.calls,
-            info=done.info,
-        )
-    options = Options(method, gate_efficiency, contract, timeout, max_memory)
-    return run_scenarios([(verify, loaded, seed, samples)], options, progress)[0]
-
-
 def apply_holm(
     scenarios: Sequence[ScenarioResult], alpha: float, suspect_level: float | None = None
 ) -> tuple[ScenarioResult, ...]:
@@ -149,8 +92,6 @@ def apply_holm(
     of its first result, is adjusted over the same family); only PENDING checks are settled:
     FAILED at adjusted p <= alpha, SUSPECT at adjusted p <= ``suspect_level``, else PASSED.
     """
-    from specaudit.stats.gof import holm
-
     flat = [
         (i, j)
         for i, s in enumerate(scenarios)
@@ -177,11 +118,6 @@ def apply_holm(
 RERUN_FACTOR = 4
 
 
-def default_suspect_level(alpha: float) -> float:
-    """Return the default suspect level: 100 x alpha, at most 0.5."""
-    return min(100.0 * alpha, 0.5)
-
-
 def rerun_seed(seed: int) -> int:
     """Return the fresh seed of a scenario's re-run, derived from its first seed."""
     return int(np.random.SeedSequence([seed, RERUN_FACTOR]).generate_state(1, dtype=np.uint32)[0])
@@ -189,7 +125,7 @@ def rerun_seed(seed: int) -> int:
 
 def rerun_suspects(
     results: Sequence[ScenarioResult],
-    remeasure: Callable[[int, int, int], ScenarioResult],
+    remeasure: Remeasure,
     alpha: float,
     suspect_level: float,
 ) -> tuple[ScenarioResult, ...]:
@@ -279,7 +215,7 @@ def run(
         logits contract (raw logits plus sampling parameters, ``specaudit.contract.logits``).
     timeout : float or None
         Seconds one verifier call may take before it is stopped and its scenario is an ERROR
-        (``specaudit.contract.chain.guarded``: main thread of a POSIX process only); None or 0: no limit.
+        (``specaudit.contract.guard.guarded``: main thread of a POSIX process only); None or 0: no limit.
     jobs : int
         Blocks of every scenario (``specaudit.engine.bench``) run in this many forked processes;
         results are identical to ``jobs=1``.
@@ -305,110 +241,63 @@ def run(
     address : str, optional
         The Ray cluster to join (``ray.init(address=...)``); default: a local instance.
     """
-    _check_arguments(alpha, suspect_level, method, samples, timeout)
-    label, loaded, binding = _bind(target, scenarios, contract, adapter, adapter_options)
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    settings = RunSettings(
+        alpha=alpha, seed=seed, samples=samples, method=method, gate_efficiency=gate_efficiency, contract=contract,
+        timeout=timeout, max_memory=max_memory, jobs=jobs, backend=backend, address=address,
+        suspect_level=suspect_level, power=power, diagnose=diagnose, early_stop=early_stop, shard=parse_shard(shard),
+        adapter=adapter, adapter_options=adapter_options,
+    )
+    return execute(target, scenarios, settings, progress=progress, on_scenario=on_scenario)
+
+
+def execute(
+    target: str | Callable[..., Any],
+    scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
+    settings: RunSettings,
+    *,
+    progress: Progress | None = None,
+    on_scenario: Callable[[ScenarioResult], None] | None = None,
+) -> RunResult:
+    """Audit ``target`` on ``scenarios`` with ``settings`` (the pipeline behind :func:`run` and the CLI)."""
+    label, loaded, binding = bind(target, scenarios, settings)
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    shard = _parse_shard(shard, early_stop)
-    tasks = list(zip(loaded, binding.verifiers, binding.choices))
-    options = _options(method, gate_efficiency, contract, timeout, max_memory, jobs, backend, address,
-                       _stop_level(alpha, loaded) if early_stop else None, shard)
-    done, interrupted = _measure_all(tasks, seed, samples, options, progress, on_scenario)
-    suspect = _suspect_level(alpha, suspect_level, shard)
-    checked = apply_holm(done, alpha, suspect if suspect > alpha else None)
-    if suspect > alpha and not interrupted:
-        checked, interrupted = _rerun(checked, tasks, options, alpha, suspect)
-    specs = [item.spec for item in loaded]
-    if power and not interrupted:
-        checked, interrupted = _annotate_power(checked, specs, alpha)
-    if diagnose and not interrupted:
-        checked, interrupted = _annotate_diagnosis(checked, specs)
-    return RunResult(
-        target=label,
-        alpha=alpha,
-        seed=seed,
-        version=__version__,
-        scenarios=checked,
-        interrupted=interrupted,
-        started=started,
-        seconds=time.perf_counter() - t0,
-        settings=_settings(method, gate_efficiency, samples, contract, timeout, early_stop, shard, suspect_level,
-                           power, diagnose, binding),
+    tasks = [Task(verify, item, scenario_seed(settings.seed, item), settings.samples)
+             for item, verify in zip(loaded, binding.verifiers)]
+    stop_level = settings.stop_level(len(loaded))
+    done, interrupted = measure_all(tasks, binding.choices, settings, stop_level, progress, on_scenario)
+
+    def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
+        return run_scenarios([tasks[i]._replace(seed=fresh_seed, samples=n)], settings, stop_level=stop_level)[0]
+
+    return finish(
+        label, done, [item.spec for item in loaded], settings,
+        started=started, elapsed=lambda: time.perf_counter() - t0, interrupted=interrupted, remeasure=remeasure,
+        adapter=None if binding.main_choice is None else binding.main_choice.label(),
     )
 
 
-def _check_arguments(alpha: float, suspect_level: float | None, method: str, samples: int | None,
-                     timeout: float | None) -> None:
-    """Raise UsageError for an argument of `run` out of its range."""
-    if not 0 < alpha < 1:
-        raise UsageError(f"alpha = {alpha}; allowed: 0 < alpha < 1")
-    if suspect_level is not None and not 0 <= suspect_level < 1:
-        raise UsageError(f"suspect_level = {suspect_level}; allowed: 0 <= suspect_level < 1 (<= alpha: no re-runs)")
-    if method not in ("pearson", "g"):
-        raise UsageError(f"method = {method!r}; allowed: 'pearson', 'g'")
-    if samples is not None and samples < 1:
-        raise UsageError(f"samples = {samples}; allowed: >= 1")
-    if timeout is not None and not timeout >= 0:
-        raise UsageError(f"timeout = {timeout}; allowed: seconds >= 0 (0 or None: no limit)")
-
-
-def _bind(target: str | Callable[..., Any], scenarios: Sequence[ScenarioLike] | ScenarioLike | None, contract: str,
-          adapter: str | None, adapter_options: Mapping[str, Any] | None) -> tuple[str, list[LoadedScenario], Any]:
+def bind(target: str | Callable[..., Any], scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
+         settings: RunSettings) -> tuple[str, list[LoadedScenario], adapters.Binding]:
     """Load the target and the scenarios and bind the target to each scenario (adapters)."""
     raw, label = resolve_target(target)
-    from specaudit import adapters
-    from specaudit.contract import logits
-    from specaudit.contract import tree
-
     loaded = resolve_scenarios(scenarios if scenarios is not None else adapters.preset_scenarios(target))
-    binding = adapters.bind(target, raw, [item.spec for item in loaded], adapter, adapter_options)
+    binding = adapters.bind(target, raw, [item.spec for item in loaded], settings.adapter, settings.adapter_options)
     verify = binding.main
     if tree.contract_of(verify) == "chain":  # a tree verifier takes six arguments of its own
-        logits.check_arity(verify, contract)
-    tree.check_compatible(verify, label, loaded, contract)
+        logits.check_arity(verify, settings.contract)
+    tree.check_compatible(verify, label, loaded, settings.contract)
     return label, loaded, binding
 
 
-def _parse_shard(shard: tuple[int, int] | str | None, early_stop: bool) -> tuple[int, int] | None:
-    """Return the shard as ``(i, n)``; raise UsageError when combined with early stop."""
-    from specaudit.engine.executors import parse_shard
-
-    if isinstance(shard, str):
-        shard = parse_shard(shard)
-    if shard is not None and early_stop:
-        raise UsageError("early stop needs every block in order; it cannot be combined with --shard")
-    return shard
-
-
-def _stop_level(alpha: float, loaded: Sequence[LoadedScenario]) -> float:
-    """Return the early-stop level alpha / M, M bounding the run's Holm family (`specaudit.stats.sequential`)."""
-    from specaudit.stats import sequential
-
-    # every scenario, exact-mode ones included (their probes add p-values to the family), holds
-    # at most one p-value per registered check: Holm rejects any p <= alpha / M
-    return sequential.stop_level(alpha, len(loaded) * len(checks.STATISTICAL_CHECKS))
-
-
-def _options(method: str, gate_efficiency: bool, contract: str, timeout: float | None, max_memory: int | None,
-             jobs: int, backend: str, address: str | None, stop_level: float | None,
-             shard: tuple[int, int] | None) -> Any:
-    """Return the blockrun options of the run."""
-    from specaudit.engine import scenario as blockrun
-
-    return blockrun.Options(method, gate_efficiency, contract, timeout, max_memory, jobs, backend, address,
-                            stop_level=stop_level, shard=shard)
-
-
-def _measure_all(tasks: Sequence[tuple[LoadedScenario, Any, Any]], seed: int | None, samples: int | None, options: Any,
-                 progress: Progress | None,
-                 on_scenario: Callable[[ScenarioResult], None] | None) -> tuple[list[ScenarioResult], bool]:
+def measure_all(tasks: Sequence[Task], choices: Sequence[adapters.AdapterChoice | None], settings: RunSettings,
+                stop_level: float | None, progress: Progress | None,
+                on_scenario: Callable[[ScenarioResult], None] | None) -> tuple[list[ScenarioResult], bool]:
     """Measure and check every scenario; return the results so far and whether the run was interrupted."""
-    from specaudit.engine import scenario as blockrun
-
     done: list[ScenarioResult] = []
 
     def record(result: ScenarioResult) -> None:
-        choice = tasks[len(done)][2]
+        choice = choices[len(done)]
         if choice is not None:  # say how the target was driven
             result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
         done.append(result)
@@ -416,64 +305,60 @@ def _measure_all(tasks: Sequence[tuple[LoadedScenario, Any, Any]], seed: int | N
             on_scenario(result)
 
     try:
-        blockrun.run_scenarios([(verify, item, scenario_seed(seed, item), samples) for item, verify, _ in tasks],
-                               options, progress, record)
+        run_scenarios(tasks, settings, stop_level=stop_level, progress=progress, on_result=record)
     except KeyboardInterrupt:
         return done, True
     return done, False
 
 
-def _suspect_level(alpha: float, suspect_level: float | None, shard: tuple[int, int] | None) -> float:
-    """Return the run's suspect level (0 in a shard: `specaudit merge` re-checks the sums)."""
-    if shard is not None:  # a shard's verdicts are provisional
-        return 0.0
-    return default_suspect_level(alpha) if suspect_level is None else suspect_level
+def finish(
+    target: str,
+    results: Sequence[ScenarioResult],
+    specs: Sequence[Scenario],
+    settings: RunSettings,
+    *,
+    started: str,
+    elapsed: Callable[[], float],
+    interrupted: bool = False,
+    remeasure: Remeasure | None = None,
+    adapter: str | None = None,
+    recorded: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """Settle a run's measured scenarios and return its RunResult: the end of every run and merge.
+
+    Holm over the whole run (SUSPECT between alpha and the suspect level); the SUSPECT scenarios
+    re-run when ``remeasure`` can measure them again (`rerun_suspects`; a merge cannot); the
+    power and diagnosis annotations the settings ask for. An interrupt in any step keeps what is
+    settled so far and marks the run interrupted; an interrupted run skips the later steps.
+    ``elapsed()`` gives the run's seconds at the end; ``adapter`` says how the target was
+    driven and ``recorded`` adds to the recorded settings.
+    """
+    alpha, suspect = settings.alpha, settings.holm_suspect
+    checked = apply_holm(results, alpha, suspect)
+    if remeasure is not None and suspect is not None and not interrupted:
+        checked, interrupted = _interruptible(lambda: rerun_suspects(checked, remeasure, alpha, suspect), checked)
+    if settings.power and not interrupted:
+        checked, interrupted = _interruptible(lambda: annotate_power(checked, specs, alpha), checked)
+    if settings.diagnose and not interrupted:
+        checked, interrupted = _interruptible(lambda: annotate_diagnosis(checked, specs), checked)
+    return RunResult(
+        target=target,
+        alpha=alpha,
+        seed=settings.seed,
+        version=__version__,
+        scenarios=checked,
+        interrupted=interrupted,
+        started=started,
+        seconds=elapsed(),
+        settings={**settings.record(adapter), **(recorded or {})},
+    )
 
 
-def _rerun(checked: tuple[ScenarioResult, ...], tasks: Sequence[tuple[LoadedScenario, Any, Any]], options: Any,
-           alpha: float, suspect: float) -> tuple[tuple[ScenarioResult, ...], bool]:
-    """Re-run the SUSPECT scenarios (`rerun_suspects`); an interrupt keeps the first results."""
-    from specaudit.engine import scenario as blockrun
-
-    def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
-        item, verify, _ = tasks[i]
-        return blockrun.run_scenarios([(verify, item, fresh_seed, n)], options)[0]
-
+def _interruptible(
+    step: Callable[[], tuple[ScenarioResult, ...]], before: tuple[ScenarioResult, ...]
+) -> tuple[tuple[ScenarioResult, ...], bool]:
+    """Return ``(step(), False)``, or ``(before, True)`` when the step is interrupted."""
     try:
-        return rerun_suspects(checked, remeasure, alpha, suspect), False
+        return step(), False
     except KeyboardInterrupt:
-        return checked, True
-
-
-def _annotate_power(checked: tuple[ScenarioResult, ...], specs: Sequence[Scenario],
-                    alpha: float) -> tuple[tuple[ScenarioResult, ...], bool]:
-    """Add each scenario's sensitivity and power (`specaudit.analysis.power`); an interrupt keeps the results."""
-    from specaudit.analysis import power
-
-    try:
-        return power.annotate(checked, specs, alpha), False
-    except KeyboardInterrupt:
-        return checked, True
-
-
-def _annotate_diagnosis(checked: tuple[ScenarioResult, ...],
-                        specs: Sequence[Scenario]) -> tuple[tuple[ScenarioResult, ...], bool]:
-    """Rank the zoo mutants for every failing scenario (`specaudit.analysis.diagnose`); an interrupt loses only that."""
-    from specaudit.analysis import diagnose
-
-    try:
-        return diagnose.annotate(checked, specs), False
-    except KeyboardInterrupt:
-        return checked, True
-
-
-def _settings(method: str, gate_efficiency: bool, samples: int | None, contract: str, timeout: float | None,
-              early_stop: bool, shard: tuple[int, int] | None, suspect_level: float | None, power: bool,
-              diagnose: bool, binding: Any) -> dict[str, Any]:
-    """Return the run settings recorded in the RunResult (and compared by `specaudit merge`)."""
-    return {"method": method, "gate_efficiency": gate_efficiency, "samples": samples, "contract": contract,
-            "timeout": timeout,
-            **({} if not early_stop else {"early_stop": True}),
-            **({} if shard is None else {"shard": {"index": shard[0], "count": shard[1]},
-                                         "suspect_level": suspect_level, "power": power, "diagnose": diagnose}),
-            **({} if binding.main_choice is None else {"adapter": binding.main_choice.label()})}
+        return before, True

@@ -1,10 +1,13 @@
-"""Measure and check many scenarios block by block: jobs, shards, early stop (issue 7).
+"""Scenario: the one place a scenario becomes a ScenarioResult, simulated or probed.
 
-The runner's one path from scenarios to ScenarioResults: each simulated scenario becomes a
-:class:`specaudit.engine.executors.Unit` of blocks (:mod:`specaudit.engine.bench`), the blocks run on the
-chosen executor, and each scenario is checked on its merged tally, at every look with early
-stop (:mod:`specaudit.stats.sequential`), else once at the end. Exact-mode scenarios (probes, no
-simulation) are run in this process.
+A run hands :func:`run_scenarios` its :class:`Task` list (verifier, scenario, seed, samples).
+An exact-mode scenario is probed in this process (:mod:`specaudit.checks.probes`: corners,
+determinism, adversarial uniforms; no simulation). Every other scenario becomes a
+:class:`specaudit.engine.executors.Unit` of blocks (:mod:`specaudit.engine.bench`); the blocks run
+on the run's executor (jobs, Ray) and each scenario is checked on its merged tally, at every look
+with early stop (:mod:`specaudit.stats.sequential`), else once at the end; a shard keeps its
+additive tallies for ``specaudit merge``. :func:`measure` runs one scenario's blocks in order
+here and returns the raw measurements, for callers that want numbers rather than verdicts.
 """
 
 from __future__ import annotations
@@ -12,31 +15,60 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
+
+from specaudit.checks import evaluate, probes
+from specaudit.checks.statistical import Measured
 from specaudit.contract.guard import guarded
-from specaudit.results import ScenarioResult
-from specaudit.scenarios.schema import LoadedScenario
+from specaudit.engine.bench import Bench, Tally
+from specaudit.engine.executors import Progress, Unit, measure_units, shard_blocks
+from specaudit.engine.settings import RunSettings
+from specaudit.results import CheckResult, ErrorInfo, ScenarioResult
+from specaudit.scenarios.loading import LoadedScenario
+from specaudit.scenarios.schema import Scenario
+from specaudit.stats import sequential
+
+__all__ = ["Task", "base_result", "measure", "run_scenarios", "scenario_seed"]
 
 
-@dataclass(frozen=True)
-class Options:
-    """How the scenarios of one run are measured and checked."""
+class Task(NamedTuple):
+    """One scenario of a run to measure and check."""
 
-    method: str = "pearson"
-    gate_efficiency: bool = True
-    contract: str = "probs"
-    timeout: float | None = None
-    max_memory: int | None = None
-    jobs: int = 1
-    backend: str = "local"
-    address: str | None = None
-    stop_level: float | None = None  # early stop: a gating p_seq at or below this ends the scenario
-    shard: tuple[int, int] | None = None  # (i, n): run blocks b = i mod n and keep the tallies
+    verify: Callable[..., Any]  # the target, bound to this scenario (adapters)
+    loaded: LoadedScenario
+    seed: int
+    samples: int | None = None  # overrides the scenario's
 
 
-def base_result(loaded: LoadedScenario, spec: Any, seed: int) -> ScenarioResult:
+def scenario_seed(run_seed: int | None, loaded: LoadedScenario) -> int:
+    """Return the simulation seed: the scenario's own, or one derived from the run seed and its content."""
+    if run_seed is None:
+        return loaded.spec.seed
+    mixed = np.random.SeedSequence([run_seed, int(loaded.spec.content_hash(), 16)])
+    return int(mixed.generate_state(1, dtype=np.uint32)[0])
+
+
+def measure(
+    verify: Callable[..., Any],
+    spec: Scenario,
+    seed: int,
+    method: str = "pearson",
+    progress: Progress | None = None,
+    contract: str = "probs",
+    max_memory: int | None = None,
+) -> Measured:
+    """Simulate one scenario through ``verify`` (in ``contract``) and return the measurements.
+
+    The scenario's blocks (``specaudit.engine.bench``) run in order in this process; ``run(jobs=...)``
+    spreads the same blocks over processes with identical results.
+    """
+    bench = Bench(verify, spec, contract, max_memory)
+    return bench.measured(bench.measure(seed, progress=progress), method)
+
+
+def base_result(loaded: LoadedScenario, spec: Scenario, seed: int) -> ScenarioResult:
     """Return the scenario's result before anything is measured."""
     return ScenarioResult(
         name=spec.name, path=loaded.path, line=loaded.line, content_hash=spec.content_hash(),
@@ -44,81 +76,94 @@ def base_result(loaded: LoadedScenario, spec: Any, seed: int) -> ScenarioResult:
     )
 
 
+def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
+    """Run the exact probes of an exact-mode scenario; a crash or hang becomes the result's error."""
+    t0 = time.perf_counter()
+    done = probes.run_exact(guarded(task.verify, settings.timeout), spec, task.seed, settings.gate_efficiency,
+                            settings.contract)
+    result = dataclasses.replace(
+        base_result(task.loaded, spec, task.seed),
+        checks=done.checks,
+        error=None if done.error is None else ErrorInfo.from_exception(done.error),
+        seconds=time.perf_counter() - t0,
+        verifier_seconds=done.verifier_seconds,
+        calls=done.calls,
+        info=done.info,
+    )
+    if settings.shard is not None:  # every shard probes it whole; the merge re-settles it
+        scenario = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        result = dataclasses.replace(result, info={**result.info, "scenario": scenario})
+    return result
+
+
 def run_scenarios(
-    tasks: Sequence[tuple[Callable[..., Any], LoadedScenario, int, int | None]],
-    options: Options,
-    progress: Callable[[str, int, int], None] | None = None,
+    tasks: Sequence[Task],
+    settings: RunSettings,
+    *,
+    stop_level: float | None = None,
+    progress: Progress | None = None,
     on_result: Callable[[ScenarioResult], None] | None = None,
 ) -> list[ScenarioResult]:
-    """Measure and check ``(verify, scenario, seed, samples)`` tasks; return results in task order.
+    """Measure and check ``tasks``; return their results in task order.
 
-    ``on_result`` gets each result in task order as soon as it and all before it are done.
+    ``stop_level``: early stop, a gating sequential p-value at or below it ends a scenario
+    (:meth:`RunSettings.stop_level`). ``on_result`` gets each result in task order as soon as it
+    and all before it are done. A verifier crash, hang or contract breach makes its scenario an
+    ERROR result; the other scenarios go on.
     """
-    from specaudit.engine import run as runner
-    from specaudit.stats import sequential
-    from specaudit.engine.bench import Bench
-    from specaudit.engine.executors import Unit, measure_units, shard_blocks
-
     slots: list[ScenarioResult | None] = [None] * len(tasks)
     released = 0
 
     def release() -> None:
         nonlocal released
-        while released < len(slots) and slots[released] is not None:
+        while released < len(slots) and (ready := slots[released]) is not None:
             if on_result is not None:
-                on_result(slots[released])
+                on_result(ready)
             released += 1
 
     units: list[Unit] = []
     where: list[int] = []  # task index of each unit
-    specs: list[Any] = []
-    for t, (verify, loaded, seed, samples) in enumerate(tasks):
-        spec = loaded.spec if samples is None else loaded.spec.model_copy(update={"samples": samples})
+    specs: list[Scenario] = []
+    for t, task in enumerate(tasks):
+        spec = task.loaded.spec
+        if task.samples is not None:
+            spec = spec.model_copy(update={"samples": task.samples})
         if spec.mode == "exact":  # exact probes, no simulation (specaudit.checks.probes)
-            slots[t] = runner.run_scenario(verify, loaded, seed, samples, options.method, options.gate_efficiency,
-                                           None, options.contract, options.timeout, options.max_memory)
-            if options.shard is not None:  # every shard probes it whole; the merge re-settles it
-                slots[t] = dataclasses.replace(slots[t], info={**slots[t].info, "scenario": spec.model_dump(mode="json", by_alias=True, exclude_none=True)})
+            slots[t] = _probe(task, spec, settings)
             continue
-        bench = Bench(guarded(verify, options.timeout), spec, options.contract, options.max_memory)
-        blocks = shard_blocks(bench.blocks, options.shard)
-        looks = sequential.look_schedule(len(blocks)) if options.stop_level is not None else []
-        units.append(Unit(bench, seed, blocks, looks))
+        bench = Bench(guarded(task.verify, settings.timeout), spec, settings.contract, settings.max_memory)
+        blocks = shard_blocks(bench.blocks, settings.shard)
+        looks = sequential.look_schedule(len(blocks)) if stop_level is not None else []
+        units.append(Unit(bench, task.seed, blocks, looks))
         where.append(t)
         specs.append(spec)
     release()
 
-    latest: dict[int, tuple[Any, tuple]] = {}
+    latest: dict[int, tuple[Measured, tuple[CheckResult, ...]]] = {}
     tracks = {i: sequential.Track(sequential.spending(len(u.looks))) for i, u in enumerate(units)}
     eval_seconds = [0.0] * len(units)
 
-    def look(i: int, tally: Any, final: bool) -> bool:
+    def look(i: int, tally: Tally, final: bool) -> bool:
         t0 = time.perf_counter()
         bench = units[i].bench
-        measured = bench.measured(tally, options.method)
+        measured = bench.measured(tally, settings.method)
         if i in latest and "horizon" in latest[i][0].__dict__:  # exact references do not change between looks
             measured.__dict__["horizon"] = latest[i][0].__dict__["horizon"]
-        results = runner.evaluate(measured, options.gate_efficiency)
+        results = evaluate(measured, settings.gate_efficiency)
         stop = False
-        if options.stop_level is not None:
+        if stop_level is not None:
             results = tracks[i].add(tally.sequences, results)
-            stop = not final and sequential.decisive(results, options.stop_level)
+            stop = not final and sequential.decisive(results, stop_level)
         latest[i] = (measured, results)
         eval_seconds[i] += time.perf_counter() - t0
         return stop
 
-    def tick(i: int, done: int) -> None:
-        if progress is not None:
-            planned = sum(units[i].bench.sizes[b] for b in units[i].blocks)
-            progress(specs[i].name, done, planned)
-
-    for i, outcome in measure_units(units, look, jobs=options.jobs, backend=options.backend, address=options.address,
-                                    progress=tick if progress is not None else None):
+    for i, outcome in measure_units(units, look, jobs=settings.jobs, backend=settings.backend,
+                                    address=settings.address, progress=progress):
         t = where[i]
-        _, loaded, seed, _ = tasks[t]
-        spec, tally = specs[i], outcome.tally
+        task, spec, tally = tasks[t], specs[i], outcome.tally
         result = dataclasses.replace(
-            base_result(loaded, spec, seed),
+            base_result(task.loaded, spec, task.seed),
             seconds=tally.seconds + eval_seconds[i],
             verifier_seconds=tally.rounds.verifier_seconds,
             calls=tally.rounds.calls,
@@ -131,12 +176,12 @@ def run_scenarios(
             result = dataclasses.replace(result, checks=checked)
             if not spec.lazy:
                 info["tokens_per_step_exact"] = measured.horizon.tokens_per_step
-        if options.stop_level is not None and outcome.error is None and i in latest:
+        if stop_level is not None and outcome.error is None and i in latest:
             track = tracks[i]
             info["early_stop"] = {"looks": list(track.looks), "stopped": outcome.stopped, "sequences": tally.sequences,
-                                  "planned": spec.samples, "level": options.stop_level}
-        if options.shard is not None:  # what `specaudit merge` needs: the scenario and its additive tallies
-            info["shard"] = {"index": options.shard[0], "count": options.shard[1], "blocks": units[i].blocks,
+                                  "planned": spec.samples, "level": stop_level}
+        if settings.shard is not None:  # what `specaudit merge` needs: the scenario and its additive tallies
+            info["shard"] = {"index": settings.shard[0], "count": settings.shard[1], "blocks": units[i].blocks,
                              "planned": spec.samples}
             info["scenario"] = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
             info["tally"] = tally.to_dict()

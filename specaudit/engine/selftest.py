@@ -26,19 +26,22 @@ detections) x (1 - SHOULD_CATCH).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
-from specaudit.verifiers.zoo import chain as zoo
-from specaudit.verifiers import reference
-from specaudit.engine import run as runner
+from specaudit.engine.run import ScenarioLike, execute, resolve_scenarios
+from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings
 from specaudit.errors import ExitCode, NothingToRun, UsageError
 from specaudit.results import Category, RunResult, Status
 from specaudit.stats.gof import holm
+from specaudit.verifiers import reference
+from specaudit.verifiers.zoo import chain as zoo
 
 __all__ = ["CheckCalibration", "MutantOutcome", "SelftestResult", "selftest"]
 
@@ -55,6 +58,7 @@ SHOULD_CATCH = 0.999
 #: Mutant runs use seeds from here on (the calibration uses 0..R-1).
 MUTANT_SEED = 1_000_000
 
+#: ``progress(stage, done, total)`` runs (the engine's one progress shape).
 Progress = Callable[[str, int, int], None]
 
 
@@ -127,20 +131,19 @@ class SelftestResult:
         return ExitCode.OK if self.calibrated and self.mutants_ok else ExitCode.CHECKS_FAILED
 
 
-def _run(target, scenarios, seed: int, samples: int, alpha: float, power: bool) -> RunResult:
-    return runner.run(
-        target, scenarios, seed=seed, samples=samples, alpha=alpha, suspect_level=0.0, power=power, diagnose=False
-    )
+def _run(target: Callable[..., Any], scenarios: Sequence[ScenarioLike], seed: int, settings: RunSettings,
+         power: bool) -> RunResult:
+    return execute(target, scenarios, dataclasses.replace(settings, seed=seed, power=power))
 
 
 def _calibrate(
-    scenarios, seeds: int, samples: int, alpha: float, progress: Progress | None
+    scenarios: Sequence[ScenarioLike], seeds: int, settings: RunSettings, progress: Progress | None
 ) -> tuple[dict[tuple[str, str], list[float]], int]:
     """Run the reference over the seeds; return raw p-values per (scenario, check) and failed runs."""
     pvalues: dict[tuple[str, str], list[float]] = {}
     failed = 0
     for seed in range(seeds):
-        result = _run(reference.verify, scenarios, seed, samples, alpha, power=False)
+        result = _run(reference.verify, scenarios, seed, settings, power=False)
         failed += result.exit_code() == ExitCode.CHECKS_FAILED
         for s in result.scenarios:
             for c in s.checks:
@@ -149,6 +152,11 @@ def _calibrate(
         if progress is not None:
             progress("calibration", seed + 1, seeds)
     return pvalues, failed
+
+
+def _ks(row: CheckCalibration) -> float:
+    """Return a calibrated check's Holm-adjusted KS p-value (1 for a degenerate one, which has none)."""
+    return 1.0 if row.adjusted_ks_pvalue is None else row.adjusted_ks_pvalue
 
 
 def _uniformity(pvalues: dict[tuple[str, str], list[float]], seeds: int, alpha: float) -> tuple[CheckCalibration, ...]:
@@ -213,7 +221,7 @@ def selftest(
     *,
     seeds: int = DEFAULT_SEEDS,
     samples: int = DEFAULT_SAMPLES,
-    alpha: float = runner.DEFAULT_ALPHA,
+    alpha: float = DEFAULT_ALPHA,
     mutants: bool = True,
     progress: Progress | None = None,
 ) -> SelftestResult:
@@ -252,18 +260,18 @@ def selftest(
         raise UsageError(f"seeds = {seeds}; allowed: >= 10 (a KS test of fewer p-values says little)")
     if samples < 100:
         raise UsageError(f"samples = {samples}; allowed: >= 100")
-    if not 0 < alpha < 1:
-        raise UsageError(f"alpha = {alpha}; allowed: 0 < alpha < 1")
-    loaded = runner.resolve_scenarios(scenarios)
+    # every run of the self-test: re-runs and diagnosis off (validates alpha)
+    settings = RunSettings(alpha=alpha, samples=samples, suspect_level=0.0, diagnose=False)
+    loaded = resolve_scenarios(scenarios)
     if not loaded:
         raise NothingToRun("selftest: no scenario matched; `specaudit list` shows the names and tags")
     t0 = time.perf_counter()
-    pvalues, runs_failed = _calibrate(loaded, seeds, samples, alpha, progress)
+    pvalues, runs_failed = _calibrate(loaded, seeds, settings, progress)
     rows = _uniformity(pvalues, seeds, alpha)
     t_cal = time.perf_counter() - t0
     tested = [r for r in rows if not r.degenerate]
     pooled = np.concatenate([r.pvalues for r in tested]) if tested else np.zeros(0)
-    ks = min((r.adjusted_ks_pvalue for r in tested), default=1.0)
+    ks = min((_ks(r) for r in tested), default=1.0)
     pooled_ks = float(sps.kstest(pooled, "uniform").pvalue) if pooled.size else 1.0
     tests = int(pooled.size)
     alarms = sum(r.false_alarms for r in tested)
@@ -272,8 +280,8 @@ def selftest(
     runs_limit = int(sps.binom.ppf(1 - tail, seeds, alpha))
     problems = []
     if ks <= KS_LEVEL:
-        worst = min(tested, key=lambda r: r.adjusted_ks_pvalue)
-        problems.append(f"miscalibrated: {worst.scenario} / {worst.check} p-values are not uniform (KS p {worst.adjusted_ks_pvalue:.3g}, Holm)")
+        worst = min(tested, key=_ks)
+        problems.append(f"miscalibrated: {worst.scenario} / {worst.check} p-values are not uniform (KS p {_ks(worst):.3g}, Holm)")
     if not interval[0] <= alarms <= interval[1]:
         problems.append(f"miscalibrated: {alarms} of {tests} p-values <= alpha; Binomial({tests}, {alpha:g}) {INTERVAL:.0%} interval {interval[0]}..{interval[1]}")
     if runs_failed > runs_limit:
@@ -283,7 +291,7 @@ def selftest(
     if mutants:
         names = list(zoo.MUTANTS)
         for i, name in enumerate(names):
-            result = _run(zoo.MUTANTS[name].func, loaded, MUTANT_SEED + i, samples, alpha, power=True)
+            result = _run(zoo.MUTANTS[name].func, loaded, MUTANT_SEED + i, settings, power=True)
             outcomes.extend(_mutant_outcomes(result, zoo.MUTANTS[name]))
             if progress is not None:
                 progress("mutants", i + 1, len(names))

@@ -28,6 +28,7 @@ __all__ = [
     "HorizonLaw",
     "RoundKernels",
     "acceptance_rate",
+    "check_draft_law",
     "closed_form_accept_law",
     "closed_form_tokens_per_step",
     "finite_horizon",
@@ -36,6 +37,7 @@ __all__ = [
     "joint_probabilities",
     "round_kernels",
     "stationary_tokens_per_step",
+    "step_kernels",
 ]
 
 
@@ -171,7 +173,7 @@ def first_round_accept_law(
     notes/theory.md, "Chain verification".
     """
     kernels = round_kernels(target, draft)
-    steps = _step_kernels(kernels, _check_law(draft_law))
+    steps = step_kernels(kernels, check_draft_law(draft_law))
     return steps.sum(axis=2)[:, kernels.start]
 
 
@@ -211,7 +213,7 @@ def finite_horizon(
     if length < 1:
         raise UsageError(f"length: received {length}, allowed: an integer >= 1")
     kernels = round_kernels(target, draft)
-    return horizon_from_steps(_step_kernels(kernels, _check_law(draft_law)), kernels.start, length)
+    return horizon_from_steps(step_kernels(kernels, check_draft_law(draft_law)), kernels.start, length)
 
 
 def horizon_from_steps(steps: np.ndarray, start: int, length: int) -> HorizonLaw:
@@ -294,7 +296,7 @@ def stationary_tokens_per_step(
     notes/theory.md, "Chain verification"; the ratio limit is the renewal-reward theorem.
     """
     kernels = round_kernels(target, draft)
-    steps = _step_kernels(kernels, _check_law(draft_law))
+    steps = step_kernels(kernels, check_draft_law(draft_law))
     transition = steps.sum(axis=0)
     per_state = np.arange(1, len(steps) + 1) @ steps.sum(axis=2)
     recurrent = _recurrent_class(transition > 0, kernels.start)
@@ -409,7 +411,7 @@ def _recurrent_class(graph: np.ndarray, start: int) -> np.ndarray:
     return reach[labels == closed[0]]
 
 
-def _step_kernels(kernels: RoundKernels, law: np.ndarray) -> np.ndarray:
+def step_kernels(kernels: RoundKernels, law: np.ndarray) -> np.ndarray:
     """Return M_m for m = 1..K+1 stacked as [K+1, S, S]: a round that emits m tokens."""
     at_least = law[::-1].cumsum()[::-1]  # at_least[i] = P(j >= i)
     steps = np.empty((len(law),) + kernels.accept.shape)
@@ -422,7 +424,7 @@ def _step_kernels(kernels: RoundKernels, law: np.ndarray) -> np.ndarray:
     return steps
 
 
-def _check_law(draft_law: np.ndarray) -> np.ndarray:
+def check_draft_law(draft_law: np.ndarray) -> np.ndarray:
     """Validate a law of the number of drafts and return it as float64."""
     law = np.asarray(draft_law, dtype=np.float64)
     if law.ndim != 1 or law.size == 0 or (law < 0).any() or abs(law.sum() - 1.0) > 1e-9:
@@ -448,3 +450,15 @@ def _check_alpha(alpha: float, k: int) -> None:
         raise UsageError(f"alpha: received {alpha}, allowed: a probability in [0, 1]")
     if k < 0:
         raise UsageError(f"k: received {k}, allowed: an integer >= 0")
+
+
+def greedy_path(target: TabularChain, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (tokens [L], states [L]) of greedy decoding from the start state; ties to the first index."""
+    tokens = np.empty(length, dtype=np.int64)
+    states = np.empty(length, dtype=np.int64)
+    state = np.array([target.start], dtype=np.int64)
+    for t in range(length):
+        states[t] = state[0]
+        tokens[t] = int(np.argmax(target.probs(state)[0]))  # argmax: first maximal index
+        state = target.advance(state, tokens[t : t + 1])
+    return tokens, states

@@ -10,8 +10,9 @@ turns them into the finite-horizon tokens/step and accept-length law. Chain kern
   ``width[d]`` children (all, or a uniform number 0..width[d] when ragged), drawn i.i.d., without
   replacement, or as the deterministic top-k of the drafter's law;
 * :func:`block_step_kernels` -- block verification (Sun et al. 2403.10444), by enumerating the
-  draft block;
-* :func:`step_kernels` -- the dispatch on a scenario's ``algorithm``.
+  draft block.
+
+The dispatch on a scenario's ``algorithm`` lives in :mod:`specaudit.laws`.
 
 Joint states are ``s_T * S_D + s_D`` as in :func:`specaudit.laws.chain.round_kernels`.
 """
@@ -23,16 +24,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specaudit.laws import chain as exact
 from specaudit.chains.tabular import TabularChain
 from specaudit.errors import UsageError
 
 __all__ = [
     "block_expected_accepted",
     "block_step_kernels",
-    "first_round_accept_law",
-    "horizon",
-    "step_kernels",
     "tree_step_kernels",
 ]
 
@@ -61,7 +58,7 @@ def _route(weight: np.ndarray, nxt: np.ndarray) -> np.ndarray:
     return np.bincount(cell, weights=weight.ravel(), minlength=n * n).reshape(n, n)
 
 
-def _normalise(rows: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+def _normalise(rows: np.ndarray, fallback: np.ndarray | float) -> np.ndarray:
     """Normalise rows over the last axis; rows with no mass become ``fallback``."""
     total = rows.sum(axis=-1, keepdims=True)
     return np.where(total > 0, rows / np.where(total > 0, total, 1.0), fallback)
@@ -322,31 +319,3 @@ def block_expected_accepted(p: np.ndarray, q: np.ndarray, k: int) -> float:
                 weight = min(1.0, weight * p[x] / q[x])
             total += prob * weight  # E[P_i] over the blocks x_1..x_i
     return total
-
-
-def step_kernels(scenario, target: TabularChain, draft: TabularChain) -> tuple[np.ndarray, int]:  # noqa: ANN001
-    """Return the step kernels and start state of ``scenario``'s verification algorithm."""
-    algorithm = getattr(scenario, "algorithm", "chain")
-    if algorithm == "tree":
-        shape = scenario.tree
-        return tree_step_kernels(target, draft, shape.widths(scenario.k), shape.children, shape.ragged)
-    if algorithm == "block":
-        return block_step_kernels(target, draft, scenario.draft_law)
-    kernels = exact.round_kernels(target, draft)
-    return exact._step_kernels(kernels, exact._check_law(scenario.draft_law)), kernels.start
-
-
-def horizon(scenario, target: TabularChain, draft: TabularChain) -> exact.HorizonLaw:  # noqa: ANN001
-    """Return the exact finite-horizon round law of ``scenario`` (any algorithm)."""
-    if getattr(scenario, "algorithm", "chain") == "chain":
-        return exact.finite_horizon(target, draft, scenario.draft_law, scenario.length)
-    steps, start = step_kernels(scenario, target, draft)
-    return exact.horizon_from_steps(steps, start, scenario.length)
-
-
-def first_round_accept_law(scenario, target: TabularChain, draft: TabularChain) -> np.ndarray:  # noqa: ANN001
-    """Return P(accepted = a) of the first round of ``scenario`` (any algorithm)."""
-    if getattr(scenario, "algorithm", "chain") == "chain":
-        return exact.first_round_accept_law(target, draft, scenario.draft_law)
-    steps, start = step_kernels(scenario, target, draft)
-    return steps.sum(axis=2)[:, start]

@@ -1,25 +1,26 @@
-"""HTML report: one self-contained, offline file rendered from the results JSON document.
+"""HTML report: one self-contained, offline file rendered from a RunResult.
 
-The page is a pure function of the JSON (``render(doc)``): ``specaudit report r.json --html``
-gives the same bytes as the run that wrote ``r.json``. Jinja2 autoescapes every string from
-the document (target, descriptions, messages); only the SVG produced by
-:mod:`specaudit.reports.plots` is inserted as markup. No script, font or stylesheet is loaded
-from anywhere.
+The page is a pure function of the results document: the run renders the RunResult read back
+from its own JSON form (:func:`specaudit.results.document.roundtrip`), and
+``specaudit report r.json --html`` renders ``document.read("r.json")``, so both give the same
+bytes. Jinja2 autoescapes every string of the result (target, descriptions, messages); only the
+SVG produced by :mod:`specaudit.reports.plots` is inserted as markup. No script, font or
+stylesheet is loaded from anywhere.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specaudit.reports import format as fmt
 from specaudit.reports import plots
-from specaudit.results.document import scenario_checks
-from specaudit.results import Status, document_status, worst
+from specaudit.results import CheckResult, RunResult, ScenarioResult, Status
+from specaudit.results.document import SCHEMA_VERSION, atomic_write
 
 #: Data values longer than this (as JSON) are shown truncated in the raw-data box.
 RAW_LIMIT = 4000
@@ -36,43 +37,10 @@ def _env():
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["p"] = fmt_p
-    env.filters["num"] = fmt_num
-    env.filters["p_clause"] = fmt_p_clause
+    env.filters["p"] = fmt.pvalue
+    env.filters["num"] = fmt.number
+    env.filters["p_clause"] = fmt.pvalue_clause
     return env
-
-
-def fmt_p(p: Any) -> str:
-    """Format a p-value ('<1e-300' for 0)."""
-    if p is None:
-        return ""
-    p = float(p)
-    if p == 0:
-        return "<1e-300"
-    return f"{p:.3g}"
-
-
-def fmt_p_clause(p: Any) -> str:
-    """Format 'p = 0.03', or 'p <1e-300' for 0."""
-    text = fmt_p(p)
-    return f"p {text}" if text.startswith("<") else f"p = {text}"
-
-
-def fmt_num(x: Any, digits: int = 4) -> str:
-    """Format a number compactly; pass strings and others through."""
-    if isinstance(x, bool) or x is None:
-        return "" if x is None else str(x).lower()
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        if not math.isfinite(x):
-            return str(x)
-        if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
-            return f"{x:.{digits - 1}e}"
-        return f"{x:.{digits}g}"
-    if isinstance(x, (list, tuple)):
-        return "[" + ", ".join(fmt_num(v, digits) for v in x) + "]"
-    return str(x)
 
 
 def _scalar(v: Any) -> bool:
@@ -115,29 +83,37 @@ def _power_rows(info: Mapping[str, Any]) -> list[tuple[str, float]]:
     return rows
 
 
-def _check_view(c: Mapping[str, Any]) -> dict[str, Any]:
-    data = c.get("data") or {}
+def _check_view(c: CheckResult) -> dict[str, Any]:
+    data = c.data or {}
     vocab, length = _shape(data)
     scalars = {k: v for k, v in data.items() if _scalar(v)}
     return {
-        **c,
+        "name": c.name,
+        "category": c.category.value,
+        "status": c.status.value,
+        "summary": c.summary,
+        "statistic": c.statistic,
+        "pvalue": c.pvalue,
+        "df": c.df,
+        "adjusted_pvalue": c.adjusted_pvalue,
+        "gate": c.gate,
         "plots": plots.for_check(data, vocab, length),
         "scalars": scalars,
         "raw": {k: _raw(v) for k, v in data.items() if k not in scalars and k != "top_cells"},
         "top_cells": data.get("top_cells") or [],
-        "shown_p": c.get("adjusted_pvalue") if c.get("adjusted_pvalue") is not None else c.get("pvalue"),
+        "shown_p": c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue,
     }
 
 
-def _scenario_view(s: Mapping[str, Any]) -> dict[str, Any]:
-    checks = scenario_checks(s)  # a SUSPECT scenario's re-run follows its first result and decides it
-    status = document_status(s).value
-    info = s.get("info") or {}
+def _scenario_view(s: ScenarioResult) -> dict[str, Any]:
+    info = s.info or {}
     power_rows = _power_rows(info)
     return {
-        **s,
-        "status": status,
-        "checks": [_check_view(c) for c in checks],
+        **{k: getattr(s, k) for k in ("name", "path", "line", "content_hash", "description", "seed", "samples",
+                                      "error", "seconds", "verifier_seconds", "calls")},
+        "status": s.status.value,
+        # a SUSPECT scenario's re-run follows its first result and decides it
+        "checks": [_check_view(c) for c in s.reported_checks()],
         "diagnosis": info.get("diagnosis"),
         "power_svg": plots.power(power_rows) if power_rows else None,
         "info_scalars": {k: v for k, v in info.items() if _scalar(v)},
@@ -145,9 +121,9 @@ def _scenario_view(s: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def view(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the template's context: the document plus counts, headline and plots."""
-    scenarios = [_scenario_view(s) for s in doc.get("scenarios", [])]
+def view(result: RunResult) -> dict[str, Any]:
+    """Return the template's context: the run plus counts, headline and plots."""
+    scenarios = [_scenario_view(s) for s in result.scenarios]
     counts: dict[str, int] = {}
     for s in scenarios:
         counts[s["status"]] = counts.get(s["status"], 0) + 1
@@ -159,25 +135,25 @@ def view(doc: Mapping[str, Any]) -> dict[str, Any]:
             if c["status"] in ("failed", "suspect"):
                 first = not problems or problems[-1]["scenario"] is not s
                 problems.append({"scenario": s, "check": c, "first": first})
-    n_stat = sum(1 for s in scenarios for c in s["checks"] if c.get("pvalue") is not None)
-    status = doc.get("status") or worst([Status(s["status"]) for s in scenarios]).value
+    n_stat = sum(1 for s in scenarios for c in s["checks"] if c["pvalue"] is not None)
     return {
-        "doc": doc,
-        "status": status,
+        "doc": result,
+        "schema_version": SCHEMA_VERSION,
+        "status": result.status.value,
         "scenarios": scenarios,
         "counts": sorted(counts.items(), key=lambda kv: -Status(kv[0]).severity),
         "problems": problems,
         "n_statistical": n_stat,
-        "pvalues_svg": plots.pvalues(doc),
-        "tokens_svg": plots.tokens_per_step(doc),
-        "baseline": doc.get("baseline"),
-        "settings": doc.get("settings") or {},
+        "pvalues_svg": plots.pvalues(result),
+        "tokens_svg": plots.tokens_per_step(result),
+        "baseline": result.baseline,
+        "settings": result.settings or {},
     }
 
 
-def render(doc: Mapping[str, Any]) -> str:
-    """Return the HTML page for a results document (the dict that reports.json writes)."""
-    return _env().get_template("report.html.j2").render(**view(doc))
+def render(result: RunResult) -> str:
+    """Return the HTML page for a run (render the RunResult read back from its document)."""
+    return _env().get_template("report.html.j2").render(**view(result))
 
 
 def output_path(path: str | Path, target: str) -> Path:
@@ -189,9 +165,6 @@ def output_path(path: str | Path, target: str) -> Path:
     return p
 
 
-def write(doc: Mapping[str, Any], path: str | Path) -> Path:
-    """Render ``doc`` to ``path`` (parent folders are created)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(doc), encoding="utf-8")
-    return path
+def write(result: RunResult, path: str | Path) -> Path:
+    """Render ``result`` to ``path`` atomically (parent folders are created)."""
+    return atomic_write(path, render(result))

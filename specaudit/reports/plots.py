@@ -1,6 +1,6 @@
 """Plots for the HTML report: matplotlib figures rendered to inline SVG strings.
 
-Every function takes plain JSON values (the results document or one check's ``data``) and
+Every function takes a RunResult (the run-wide plots) or one check's JSON-able ``data`` and
 returns an SVG string, or None when the data do not suit the plot. Plots are chosen by the
 keys a check's data carries, not by the check's name, so a new check that stores, say,
 ``observed``/``expected`` gets the per-cell plot without a special case.
@@ -21,7 +21,9 @@ from matplotlib import rc_context
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
-RC = {
+from specaudit.results import RunResult
+
+RC: dict[Any, Any] = {
     "svg.hashsalt": "specaudit",  # deterministic element ids
     "svg.fonttype": "none",  # text stays text: small files, selectable labels
     "font.size": 9,
@@ -90,15 +92,15 @@ def _cell_labels(n: int, vocab: int | None, length: int | None) -> list[str]:
 # ------------------------------------------------------------------------------------------
 
 
-def pvalues(doc: Mapping[str, Any]) -> str | None:
+def pvalues(result: RunResult) -> str | None:
     """Plot -log10 of every check's raw p-value (bar) and Holm-adjusted p-value (dot) against alpha."""
     rows = []
-    for s in doc.get("scenarios", []):
-        for c in s.get("checks", []):
-            raw, adj = c.get("pvalue"), c.get("adjusted_pvalue")
+    for s in result.scenarios:
+        for c in s.checks:
+            raw, adj = c.pvalue, c.adjusted_pvalue
             if raw is None and adj is None:
                 continue
-            rows.append((f"{s['name']} / {c['name']}", _num(raw if raw is not None else adj), _num(adj if adj is not None else raw), c.get("status", "pending")))
+            rows.append((f"{s.name} / {c.name}", _num(raw if raw is not None else adj), _num(adj if adj is not None else raw), c.status.value))
     if not rows:
         return None
     cap = 300.0
@@ -115,7 +117,7 @@ def pvalues(doc: Mapping[str, Any]) -> str | None:
         adj = [height(r[2]) for r in rows]
         ax.barh(y, raw, color=colours, alpha=0.35, height=0.7, label="raw p")
         ax.scatter(adj, y, color=colours, s=18, zorder=3, label="Holm-adjusted p")
-        alpha = _num(doc.get("alpha", 1e-3))
+        alpha = _num(result.alpha)
         line = -math.log10(alpha)
         ax.axvline(line, color=EXPECTED, ls="--", lw=1)
         ax.text(line, len(rows) - 0.45, f" alpha = {alpha:g}", fontsize=8, va="bottom")
@@ -134,22 +136,22 @@ def pvalues(doc: Mapping[str, Any]) -> str | None:
     return _render(draw)
 
 
-def tokens_per_step(doc: Mapping[str, Any]) -> str | None:
+def tokens_per_step(result: RunResult) -> str | None:
     """Plot every scenario's tokens/step estimate with its 99.9% interval against the exact value."""
     rows = []
-    for s in doc.get("scenarios", []):
-        for c in s.get("checks", []):
-            d = c.get("data") or {}
+    for s in result.scenarios:
+        for c in s.checks:
+            d = c.data or {}
             ci = _vector(d.get("ci999"))
             if ci is not None and ci.size == 2 and _vector([d.get("estimate"), d.get("exact")]) is not None and _num(d["exact"]) > 0:
-                rows.append((s["name"], d, c.get("status", "pending")))
+                rows.append((s.name, d, c.status.value))
     if not rows:
         return None
 
     def draw() -> Figure:
         fig = _figure(7.5, 0.8 + 0.3 * len(rows))
         ax = fig.add_subplot()
-        for i, (name, d, st) in enumerate(rows):
+        for i, (_name, d, st) in enumerate(rows):
             y = len(rows) - 1 - i
             exact = _num(d["exact"])
             lo, hi = (_num(v) / exact for v in d["ci999"])

@@ -31,7 +31,8 @@ def _power(x: Any) -> str:
 
 def _weak(per: Mapping[str, Mapping[str, Any]]) -> str:
     """Return the distribution mutants below WEAK power, blind (TV 0) ones apart."""
-    blind, weak = [], []
+    blind: list[str] = []
+    weak: list[str] = []
     for name, m in per.items():
         if m.get("kind") != "distribution" or m.get("power") is None or m["power"] >= WEAK:
             continue
@@ -42,8 +43,9 @@ def _weak(per: Mapping[str, Mapping[str, Any]]) -> str:
 
 def power_table(result: RunResult, verbosity: int = 0) -> Table | None:
     """Return the per-scenario power table (None when no scenario has power figures)."""
-    rows = [(s, s.info.get("sensitivity"), s.info.get("power") or {}) for s in result.scenarios]
-    rows = [r for r in rows if r[1]]
+    rows: list[tuple[Any, Mapping[str, Any], Mapping[str, Any]]] = [
+        (s, s.info["sensitivity"], s.info.get("power") or {}) for s in result.scenarios if s.info.get("sensitivity")
+    ]
     if not rows:
         return None
     head = rows[0][1]
@@ -93,7 +95,7 @@ def render_power(result: RunResult, console: Console, verbosity: int = 0) -> Non
 
 
 def render_plan(plans: list[Any], console: Console) -> None:
-    """Print ``specaudit plan`` answers (a list of ``specaudit.analysis.power.Plan``)."""
+    """Print ``specaudit plan`` answers (a list of ``specaudit.analysis.plan.PlanAnswer``)."""
     for p in plans:
         console.print(Text.assemble(
             (p.scenario, "bold"),
@@ -140,7 +142,7 @@ def render_selftest(result: Any, console: Console, verbosity: int = 0) -> None:
         by = {(o.mutant, o.scenario): o for o in result.mutants}
         for name in dict.fromkeys(o.mutant for o in result.mutants):
             kind = by[(name, scenarios[0])].kind
-            cells = []
+            cells: list[str | Text] = []
             for sc in scenarios:
                 o = by.get((name, sc))
                 if o is None:

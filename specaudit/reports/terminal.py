@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from specaudit.results import RunResult, ScenarioResult, Status
+from specaudit.reports import format as fmt
+from specaudit.reports.sensitivity import render_power
+from specaudit.results import Comparison, RunResult, ScenarioResult, Status
 
 STYLE = {
     Status.PASSED: "green",
@@ -18,18 +18,6 @@ STYLE = {
     Status.SKIPPED: "dim",
     Status.PENDING: "cyan",
 }
-
-
-def _fmt(x: float | None, spec: str = ".3g") -> str:
-    if x is None:
-        return ""
-    return format(x, spec)
-
-
-def _pvalue(p: float | None) -> str:
-    if p is None:
-        return ""
-    return "<1e-300" if p == 0 else f"{p:.3g}"
 
 
 def summary_table(result: RunResult) -> Table:
@@ -43,15 +31,15 @@ def summary_table(result: RunResult) -> Table:
             table.add_row(s.name, f"{s.error.kind}{where}", "", "", "", "", Text("error", STYLE[Status.ERROR]))
             continue
         # a SUSPECT scenario's re-run (fresh seed, 4x samples) follows its first result
-        parts = [(s.name, s)] + ([(f"{s.name} (re-run, N {s.rerun.samples:,})", s.rerun)] if s.rerun is not None else [])
-        for label, part in parts:
+        for part in s.attempts():
+            label = s.name if part is s else f"{s.name} (re-run, N {part.samples:,})"
             for c in part.checks:
                 d = c.data
                 tv = f"{d['tv']:.4f} ({d['tv_null']:.4f})" if "tv_null" in d else ""
                 tps = f"{d['estimate']:.3f} ({d['exact']:.3f})" if c.name == "tokens-per-step" else ""
                 stat = "" if c.statistic is None else (f"{c.statistic:.1f}" + (f"/{c.df}df" if c.df is not None else ""))
                 verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
-                table.add_row(label, c.name, stat, _pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue), tv, tps, verdict)
+                table.add_row(label, c.name, stat, fmt.pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue), tv, tps, verdict)
     return table
 
 
@@ -90,8 +78,8 @@ def _diagnosis(console: Console, s: ScenarioResult) -> None:
         console.print(Text(f"  no zoo mutant matches this deviation (closest: {others or 'none'})", style="dim"))
 
 
-def render_baseline(comparison: Any, console: Console, verbosity: int = 0) -> None:
-    """Print the comparison with a baseline run (a ``specaudit.analysis.baseline.Comparison``); -q: regressions only."""
+def render_baseline(comparison: Comparison, console: Console, verbosity: int = 0) -> None:
+    """Print the comparison with a baseline run (``RunResult.baseline``); -q: regressions only."""
     if verbosity >= 0:
         _baseline_table(comparison, console)
     for reg in comparison.regressions:
@@ -100,11 +88,11 @@ def render_baseline(comparison: Any, console: Console, verbosity: int = 0) -> No
         console.print(Text(f"not comparable (scenario changed): {', '.join(comparison.not_comparable)}", style="yellow"))
 
 
-def _baseline_table(comparison: Any, console: Console) -> None:
+def _baseline_table(comparison: Comparison, console: Console) -> None:
     t = Table("scenario", "verdict then -> now", "tokens/step then -> now", "change", "note",
               title=f"against baseline {comparison.path}", title_justify="left")
     for r in comparison.rows:
-        tps = f"{_fmt(r.old_tps, '.4f')} -> {_fmt(r.new_tps, '.4f')}" if r.old_tps is not None or r.new_tps is not None else ""
+        tps = f"{fmt.optional(r.old_tps, '.4f')} -> {fmt.optional(r.new_tps, '.4f')}" if r.old_tps is not None or r.new_tps is not None else ""
         change = "" if r.tps_change is None else f"{100 * r.tps_change:+.2f}%"
         t.add_row(r.scenario, f"{r.old_status or '-'} -> {r.new_status or '-'}", tps, change, r.note)
     console.print(t)
@@ -114,9 +102,7 @@ def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     """Print the run: table (unless quiet), failure details, and the final line."""
     if verbosity >= 0:
         console.print(summary_table(result))
-        from specaudit.reports.sensitivity import render_power  # issue 3: what each scenario could detect
-
-        render_power(result, console, verbosity)
+        render_power(result, console, verbosity)  # the run's sensitivity: what each scenario could detect
         for s in result.scenarios:
             if s.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) or verbosity > 0:
                 _details(console, s)

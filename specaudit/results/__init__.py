@@ -1,13 +1,24 @@
-"""Frozen result objects: what a run measured and decided. Reporters render only these."""
+"""Frozen result objects: what a run measured and decided, and the one place its verdict is decided.
+
+A run's outcome is a tree of frozen dataclasses: :class:`RunResult` holds one
+:class:`ScenarioResult` per scenario, each holding its :class:`CheckResult` objects (or the
+:class:`ErrorInfo` that kept it from running) and, for a SUSPECT scenario, its re-run. The
+verdict rule (:attr:`ScenarioResult.status`, :attr:`RunResult.status`) and the order in which
+a re-run is reported (:meth:`ScenarioResult.reported_checks`) live here once, so every reporter
+renders these objects and none re-derives a verdict. The JSON form is only the file boundary:
+:mod:`specaudit.results.document` writes and reads it (pytest's ``reports.py`` keeps a report's
+JSON form with the report in the same way).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specaudit.errors import ExitCode
+from specaudit.errors import ContractError, ExitCode, VerifierCrash, VerifierTimeout
 
 
 class Status(str, enum.Enum):
@@ -18,7 +29,8 @@ class Status(str, enum.Enum):
     FAILED = "failed"
     ERROR = "error"
     SKIPPED = "skipped"
-    PENDING = "pending"  # a statistical check before the run-wide Holm correction
+    #: A statistical check before the run-wide Holm correction.
+    PENDING = "pending"
 
     @property
     def severity(self) -> int:
@@ -39,9 +51,12 @@ _SEVERITY = {
 class Category(str, enum.Enum):
     """What a check is about; the CLI can keep a category from gating the exit code."""
 
-    DISTRIBUTION = "distribution"  # is the output law the target's?
-    EFFICIENCY = "efficiency"  # are tokens/step and accept lengths what the rule gives?
-    CONTRACT = "contract"  # exact clauses: shapes, corners, determinism
+    #: Is the output law the target's?
+    DISTRIBUTION = "distribution"
+    #: Are tokens/step and accept lengths what the rule gives?
+    EFFICIENCY = "efficiency"
+    #: Exact clauses: shapes, corners, determinism.
+    CONTRACT = "contract"
 
 
 def worst(statuses: list[Status] | tuple[Status, ...]) -> Status:
@@ -49,29 +64,30 @@ def worst(statuses: list[Status] | tuple[Status, ...]) -> Status:
     return max(statuses, key=lambda s: s.severity, default=Status.SKIPPED)
 
 
-def document_status(scenario: Mapping[str, Any]) -> Status:
-    """Return the verdict of a scenario's JSON form, decided as ``ScenarioResult.status`` decides it."""
-    if scenario.get("error"):
-        return Status.ERROR
-    if scenario.get("rerun"):  # a SUSPECT scenario's re-run decides it
-        return document_status(scenario["rerun"])
-    return worst([Status(c.get("status", "skipped")) for c in scenario.get("checks") or [] if c.get("gate", True)])
-
-
 @dataclass(frozen=True)
 class CheckResult:
-    """One property of one scenario, bound to one statistic."""
+    """One property of one scenario, bound to one statistic (scipy's names: statistic, pvalue, df)."""
 
+    #: The check's registered name, e.g. ``"joint-law"``.
     name: str
+    #: What the check is about; decides whether it gates the exit code.
     category: Category
+    #: The check's verdict (PENDING until the run-wide Holm correction).
     status: Status
+    #: One sentence for people: the statistic, the effect size, the exact value.
     summary: str
+    #: The test statistic (chi-square, z, ...), when the verdict rests on one.
     statistic: float | None = None
+    #: The raw p-value of the statistic.
     pvalue: float | None = None
+    #: Degrees of freedom of the statistic, when it has them.
     df: int | None = None
-    adjusted_pvalue: float | None = None  # Holm, over every statistical check of the run
-    gate: bool = True  # False: reported, but does not change the exit code
-    data: Mapping[str, Any] = field(default_factory=dict)  # JSON-able numbers for reports
+    #: The Holm-adjusted p-value, over every statistical check of the run.
+    adjusted_pvalue: float | None = None
+    #: False: reported, but does not change the exit code.
+    gate: bool = True
+    #: JSON-able numbers for reports (cells, estimates, intervals), keyed by name.
+    data: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def statistical(self) -> bool:
@@ -83,32 +99,60 @@ class CheckResult:
 class ErrorInfo:
     """Why a scenario could not be measured: a contract clause, a crash, a timeout."""
 
-    kind: str  # "contract", "crash", "timeout", "internal"
+    #: One of ``"contract"``, ``"crash"``, ``"timeout"``, ``"internal"``.
+    kind: str
+    #: What went wrong, for people.
     message: str
+    #: The contract clause the verifier broke (``kind == "contract"`` only).
     clause: str | None = None
+    #: The frames from the user's code where the crash or timeout happened.
     traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        """Return why a verifier broke a scenario (contract breach, crash, timeout); re-raise anything else."""
+        if isinstance(exc, ContractError):
+            return cls("contract", str(exc), exc.clause)
+        if isinstance(exc, VerifierTimeout):
+            return cls("timeout", str(exc), traceback=exc.user_traceback)
+        if isinstance(exc, VerifierCrash):
+            return cls("crash", str(exc), traceback=exc.user_traceback)
+        raise exc
 
 
 @dataclass(frozen=True)
 class ScenarioResult:
     """Everything measured on one scenario."""
 
+    #: The scenario's name.
     name: str
+    #: The scenario file (``<...>`` for scenario objects built in Python).
     path: str
+    #: The line of the scenario in its file.
     line: int
+    #: Hash of the scenario's content: two results compare only when their hashes agree.
     content_hash: str
+    #: The scenario's description.
     description: str
+    #: The seed the scenario was measured with.
     seed: int
+    #: Sequences measured.
     samples: int
+    #: One result per check, in the order the checks ran.
     checks: tuple[CheckResult, ...] = ()
+    #: Why the scenario could not be measured, if it could not.
     error: ErrorInfo | None = None
+    #: Wall time of the scenario.
     seconds: float = 0.0
+    #: Time spent inside the verifier.
     verifier_seconds: float = 0.0
+    #: Verifier calls made.
     calls: int = 0
+    #: JSON-able extras for reports: power, sensitivity, diagnosis, tallies.
     info: Mapping[str, Any] = field(default_factory=dict)
-    # A SUSPECT first result is re-run on a fresh seed with 4x the samples (TestU01 style); both
-    # are reported and the re-run's verdict is the scenario's.
-    rerun: "ScenarioResult | None" = None
+    #: A SUSPECT first result is re-run on a fresh seed with 4x the samples (TestU01 style); both
+    #: are reported and the re-run's verdict is the scenario's.
+    rerun: ScenarioResult | None = None
 
     @property
     def status(self) -> Status:
@@ -123,20 +167,102 @@ class ScenarioResult:
         """Return the check called ``name``, if any."""
         return next((c for c in self.checks if c.name == name), None)
 
+    def attempts(self) -> tuple[ScenarioResult, ...]:
+        """Return this result, then its re-run if it has one: both are reported, the last decides."""
+        return (self,) if self.rerun is None else (self, self.rerun)
+
+    def reported_checks(self) -> tuple[CheckResult, ...]:
+        """Return the checks of every attempt, a re-run's named ``<check> (re-run)``."""
+        again = () if self.rerun is None else tuple(
+            dataclasses.replace(c, name=f"{c.name} {RERUN_LABEL}") for c in self.rerun.checks
+        )
+        return (*self.checks, *again)
+
+
+#: How a re-run's checks are labelled next to the first result's.
+RERUN_LABEL = "(re-run)"
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One scenario against the baseline run, then and now."""
+
+    #: The scenario's name.
+    scenario: str
+    #: Its verdict in the baseline run (None: not there).
+    old_status: str | None
+    #: Its verdict in this run (None: not run now).
+    new_status: str | None
+    #: Tokens per step in the baseline run.
+    old_tps: float | None
+    #: Tokens per step in this run.
+    new_tps: float | None
+    #: Relative change of tokens per step.
+    tps_change: float | None
+    #: Whether the scenario's content hash is the same in both runs.
+    comparable: bool
+    #: What changed, for people ("fixed", "newly failed", ...).
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A run compared with an earlier one (``--baseline``), made by :mod:`specaudit.analysis.baseline`."""
+
+    #: Where the baseline run was read from.
+    path: str
+    #: The specaudit version of the baseline run.
+    version: str
+    #: When the baseline run started.
+    started: str
+    #: The gate rules applied (``METRIC:THRESHOLD``).
+    rules: tuple[str, ...]
+    #: One row per scenario of either run.
+    rows: tuple[ComparisonRow, ...]
+    #: One entry per broken rule: scenario, metric, old, new, worse_by, rule, message, path, line.
+    regressions: tuple[Mapping[str, Any], ...] = ()
+    #: Scenarios whose content changed between the runs.
+    not_comparable: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        """Return True when a rule was broken on a comparable scenario."""
+        return bool(self.regressions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (stored under ``baseline`` in the results document)."""
+        d = dataclasses.asdict(self)
+        d["rules"], d["rows"] = list(self.rules), [dataclasses.asdict(r) for r in self.rows]
+        d["regressions"], d["not_comparable"] = [dict(r) for r in self.regressions], list(self.not_comparable)
+        return d
+
 
 @dataclass(frozen=True)
 class RunResult:
     """A whole run: the target, the settings and one result per scenario."""
 
+    #: The verifier audited, as the user named it.
     target: str
+    #: Family-wise false-alarm rate over every statistical check (Holm).
     alpha: float
+    #: The run seed (None: each scenario's own seed).
     seed: int | None
+    #: The specaudit version that ran.
     version: str
+    #: One result per scenario, in run order.
     scenarios: tuple[ScenarioResult, ...]
+    #: The run was stopped before every scenario ran.
     interrupted: bool = False
+    #: When the run started (ISO 8601).
     started: str = ""
+    #: Wall time of the run.
     seconds: float = 0.0
+    #: The run's settings, as the results document stores them.
     settings: Mapping[str, Any] = field(default_factory=dict)
+    #: Results so far of a run still going (or stopped): written after every scenario.
+    partial: bool = False
+    #: The comparison with a ``--baseline`` run, when one was asked for.
+    baseline: Comparison | None = None
 
     @property
     def status(self) -> Status:

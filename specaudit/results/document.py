@@ -1,7 +1,14 @@
-"""The results document: a faithful, versioned JSON form of a RunResult (and back).
+"""The results document: the versioned JSON form of a RunResult, and the one atomic file writer.
 
-The engine reads it too (`specaudit merge` sums shard documents); `specaudit.reports.json` is the
-reporter that writes it.
+This is the file boundary of :mod:`specaudit.results`: :func:`to_document` turns a
+:class:`~specaudit.results.RunResult` into plain JSON values and :func:`from_document` turns
+them back, so everything above this module (reporters, ``specaudit merge``, the baseline
+comparison) works on result objects and only this module knows the JSON layout. Reading
+validates: a file that is not JSON, not a specaudit document, of another schema version or
+missing a field raises :class:`~specaudit.errors.ResultsFileError` (exit 4) naming the file and
+the field, never a bare ``KeyError``. :func:`atomic_write` is the one writer every report file
+goes through (temporary file in the same folder, then ``os.replace``), so a crash mid-write
+never leaves a truncated file behind.
 """
 
 from __future__ import annotations
@@ -10,21 +17,50 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
-from collections.abc import Mapping
+import secrets
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from specaudit.results import Category, CheckResult, ErrorInfo, RunResult, ScenarioResult, Status
+from specaudit.errors import ResultsFileError
+from specaudit.results import (
+    Category,
+    CheckResult,
+    Comparison,
+    ComparisonRow,
+    ErrorInfo,
+    RunResult,
+    ScenarioResult,
+    Status,
+)
 
+__all__ = [
+    "SCHEMA_VERSION",
+    "atomic_write",
+    "dumps",
+    "from_document",
+    "read",
+    "read_document",
+    "roundtrip",
+    "scenario_from_dict",
+    "to_document",
+    "write",
+]
+
+#: Version of the document layout; a reader refuses any other.
 SCHEMA_VERSION = 1
+
+#: RunResult fields that the document places apart from the others (``partial`` first, ``baseline`` last).
+_APART = ("partial", "baseline")
+
+_T = TypeVar("_T")
 
 
 def _plain(value: Any) -> Any:
     """Convert results to JSON-able values (enums to strings, inf/NaN to strings)."""
     if isinstance(value, (Status, Category)):
         return value.value
-    if dataclasses.is_dataclass(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict) or hasattr(value, "items"):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -37,27 +73,38 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def to_dict(result: RunResult, partial: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Return the JSON document for ``result``; ``extra`` adds top-level sections (e.g. ``baseline``)."""
-    doc = {"schema_version": SCHEMA_VERSION, "tool": "specaudit", "partial": partial}
-    doc.update(_plain(result))
+def to_document(result: RunResult) -> dict[str, Any]:
+    """Return the JSON document of ``result`` (plain values; floats that are not finite as strings)."""
+    # an interrupted run's results are partial too
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tool": "specaudit", "partial": result.partial or result.interrupted}
+    for f in dataclasses.fields(result):
+        if f.name not in _APART:
+            doc[f.name] = _plain(getattr(result, f.name))
     doc["status"] = result.status.value
     doc["exit_code"] = int(result.exit_code())
-    if extra:
-        doc.update(_plain(extra))
+    if result.baseline is not None:
+        doc["baseline"] = _plain(result.baseline.to_dict())
     return doc
 
 
-def document(result: RunResult, partial: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Return the document exactly as a reader of the written file sees it (through JSON and back)."""
-    return json.loads(json.dumps(to_dict(result, partial, extra), allow_nan=False))
+def dumps(result: RunResult) -> str:
+    """Return the text of the results file of ``result``."""
+    return json.dumps(to_document(result), indent=2, allow_nan=False) + "\n"
 
 
-def scenario_checks(scenario: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Return a scenario document's checks, then its re-run's named ``<check> (re-run)``: both are reported."""
-    rerun = scenario.get("rerun") or {}
-    again = [{**c, "name": f"{c['name']} (re-run)"} for c in rerun.get("checks") or []]
-    return [*(scenario.get("checks") or []), *again]
+def roundtrip(result: RunResult) -> RunResult:
+    """Return ``result`` exactly as a reader of its written file sees it (through JSON and back)."""
+    return from_document(json.loads(json.dumps(to_document(result), allow_nan=False)))
+
+
+# --- reading: every field checked, every problem a ResultsFileError that says where ---------------
+
+
+class _Bad(Exception):
+    """A problem at one place of a document; ``from_document`` turns it into a ResultsFileError."""
+
+    def __init__(self, where: str, what: str):
+        super().__init__(f"{where}: {what}" if where else what)
 
 
 def _float(value: Any) -> Any:
@@ -66,82 +113,172 @@ def _float(value: Any) -> Any:
     return value
 
 
-def _check(d: dict[str, Any]) -> CheckResult:
+def _need(d: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in d:
+        raise _Bad(where, f"missing key {key!r}")
+    return d[key]
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _Bad(where, f"expected a JSON object, got {_kind(value)}")
+    return value
+
+
+def _items(value: Any, where: str, build: Callable[[Any, str], _T]) -> tuple[_T, ...]:
+    if not isinstance(value, list):
+        raise _Bad(where, f"expected a JSON list, got {_kind(value)}")
+    return tuple(build(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _enum(kind: Callable[[str], _T], value: Any, where: str) -> _T:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)  # type: ignore[attr-defined]
+        raise _Bad(where, f"{value!r} is not one of {allowed}") from None
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
+
+
+def _check(value: Any, where: str) -> CheckResult:
+    d = _object(value, where)
     return CheckResult(
-        name=d["name"],
-        category=Category(d["category"]),
-        status=Status(d["status"]),
-        summary=d["summary"],
+        name=_need(d, "name", where),
+        category=_enum(Category, _need(d, "category", where), f"{where}.category"),
+        status=_enum(Status, _need(d, "status", where), f"{where}.status"),
+        summary=_need(d, "summary", where),
         statistic=_float(d.get("statistic")),
         pvalue=_float(d.get("pvalue")),
         df=d.get("df"),
         adjusted_pvalue=_float(d.get("adjusted_pvalue")),
         gate=d.get("gate", True),
-        data=d.get("data", {}),
+        data=_object(d.get("data", {}), f"{where}.data"),
     )
 
 
-def scenario_from_dict(s: dict[str, Any]) -> ScenarioResult:
+def _error(value: Any, where: str) -> ErrorInfo:
+    d = _object(value, where)
+    known = {f.name for f in dataclasses.fields(ErrorInfo)}
+    if set(d) - known:
+        raise _Bad(where, f"unknown key {sorted(set(d) - known)[0]!r}")
+    return ErrorInfo(kind=_need(d, "kind", where), message=_need(d, "message", where),
+                     clause=d.get("clause"), traceback=d.get("traceback", ""))
+
+
+def _scenario(value: Any, where: str) -> ScenarioResult:
+    s = _object(value, where)
     err = s.get("error")
     return ScenarioResult(
-        **{k: s[k] for k in ("name", "path", "line", "content_hash", "description", "seed", "samples")},
-        checks=tuple(_check(c) for c in s.get("checks", [])),
-        error=ErrorInfo(**err) if err else None,
+        **{k: _need(s, k, where) for k in ("name", "path", "line", "content_hash", "description", "seed", "samples")},
+        checks=_items(s.get("checks", []), f"{where}.checks", _check),
+        error=_error(err, f"{where}.error") if err else None,
         seconds=s.get("seconds", 0.0),
         verifier_seconds=s.get("verifier_seconds", 0.0),
         calls=s.get("calls", 0),
-        info=s.get("info", {}),
-        rerun=scenario_from_dict(s["rerun"]) if s.get("rerun") else None,  # a SUSPECT scenario's re-run
+        info=_object(s.get("info", {}), f"{where}.info"),
+        rerun=_scenario(s["rerun"], f"{where}.rerun") if s.get("rerun") else None,  # a SUSPECT scenario's re-run
     )
 
 
-def from_dict(doc: dict[str, Any]) -> RunResult:
-    """Rebuild a RunResult from its JSON document."""
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        from specaudit.errors import UsageError
+def _row(value: Any, where: str) -> ComparisonRow:
+    d = _object(value, where)
+    return ComparisonRow(**{f.name: _need(d, f.name, where) for f in dataclasses.fields(ComparisonRow) if f.name != "note"},
+                         note=d.get("note", ""))
 
-        raise UsageError(f"results file has schema_version {doc.get('schema_version')!r}; this specaudit reads {SCHEMA_VERSION}")
-    scenarios = [scenario_from_dict(s) for s in doc["scenarios"]]
-    return RunResult(
-        target=doc["target"],
-        alpha=doc["alpha"],
-        seed=doc.get("seed"),
-        version=doc.get("version", "?"),
-        scenarios=tuple(scenarios),
-        interrupted=doc.get("interrupted", False),
-        started=doc.get("started", ""),
-        seconds=doc.get("seconds", 0.0),
-        settings=doc.get("settings", {}),
+
+def _comparison(value: Any, where: str) -> Comparison:
+    d = _object(value, where)
+    return Comparison(
+        path=_need(d, "path", where),
+        version=_need(d, "version", where),
+        started=_need(d, "started", where),
+        rules=tuple(_need(d, "rules", where)),
+        rows=_items(_need(d, "rows", where), f"{where}.rows", _row),
+        regressions=_items(d.get("regressions", []), f"{where}.regressions", _object),
+        not_comparable=tuple(d.get("not_comparable", [])),
     )
 
 
-def write(result: RunResult | dict[str, Any], path: str | Path, partial: bool = False) -> Path:
-    """Write the JSON report (a RunResult or its document) atomically: a crash mid-write never leaves a truncated file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = result if isinstance(result, dict) else to_dict(result, partial)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh, indent=2, allow_nan=False)
-        fh.write("\n")
-    os.replace(tmp, path)
-    return path
+def scenario_from_dict(s: Mapping[str, Any]) -> ScenarioResult:
+    """Rebuild one scenario's result from its JSON form (raise ResultsFileError if it is malformed)."""
+    try:
+        return _scenario(s, "scenario")
+    except _Bad as exc:
+        raise ResultsFileError(f"not a specaudit results document: {exc}") from None
+
+
+def from_document(doc: Any, source: str = "results document") -> RunResult:
+    """Rebuild a RunResult from its JSON document; raise ResultsFileError naming ``source`` and the field."""
+    if not isinstance(doc, Mapping):
+        raise ResultsFileError(f"{source}: not a specaudit results file (expected a JSON object, got {_kind(doc)})")
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultsFileError(
+            f"{source}: not a specaudit results file (schema_version {version!r}; this specaudit reads {SCHEMA_VERSION})"
+        )
+    try:
+        base = doc.get("baseline")
+        return RunResult(
+            target=_need(doc, "target", ""),
+            alpha=_need(doc, "alpha", ""),
+            seed=doc.get("seed"),
+            version=doc.get("version", "?"),
+            scenarios=_items(_need(doc, "scenarios", ""), "scenarios", _scenario),
+            interrupted=doc.get("interrupted", False),
+            started=doc.get("started", ""),
+            seconds=doc.get("seconds", 0.0),
+            settings=_object(doc.get("settings", {}), "settings"),
+            partial=doc.get("partial", False),
+            baseline=_comparison(base, "baseline") if base else None,
+        )
+    except _Bad as exc:
+        raise ResultsFileError(f"{source}: not a specaudit results file: {exc}") from None
 
 
 def read_document(path: str | Path) -> dict[str, Any]:
-    """Read a results file as its JSON document (schema version checked)."""
-    from specaudit.errors import UsageError
-
+    """Read a results file as its JSON document, checked field by field (ResultsFileError otherwise)."""
     try:
         doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"cannot read results file {path}: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-        version = doc.get("schema_version") if isinstance(doc, dict) else None
-        raise UsageError(f"{path}: not a specaudit results file (schema_version {version!r}; this specaudit reads {SCHEMA_VERSION})")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsFileError(f"cannot read results file {path}: {exc}") from None
+    from_document(doc, str(path))
     return doc
 
 
 def read(path: str | Path) -> RunResult:
-    """Read a JSON report written by `write`."""
-    return from_dict(read_document(path))
+    """Read a results file written by :func:`write`."""
+    return from_document(read_document(path), str(path))
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> Path:
+    """Write ``data`` (text as UTF-8) to ``path`` atomically: a temporary file in the same folder, then ``os.replace``.
+
+    The file gets the mode a plain ``open(path, "w")`` gives (0666 less the umask), so every report
+    file is readable alike; a crash mid-write leaves ``path`` as it was and no temporary file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write(result: RunResult, path: str | Path) -> Path:
+    """Write the results file of ``result`` atomically; return its path."""
+    return atomic_write(path, dumps(result))

@@ -1,36 +1,31 @@
-"""Scenarios: YAML (schema version 1) -> validated, frozen models; every validation lives here.
+"""Scenario schema (version 1): the frozen pydantic models a scenario file validates into.
 
-A scenario names a target chain, a drafter chain, the draft-count law and the sample plan. Errors
-say ``file:line: key.path: message`` with the allowed values and, for unknown keys, the closest
-match (hypothesis ``internal/validation.py``).
+A scenario names a target chain, a drafter chain, the draft-count law, the verification algorithm
+and the sample plan. The models hold every rule a scenario must obey (rows sum to 1, shapes match
+the vocabulary, a tree shape goes with ``algorithm: tree``) and build the chains they describe;
+they know nothing of files. Reading YAML with ``file:line:`` messages lives in
+`specaudit.scenarios.loading`, the shipped scenarios in `specaudit.scenarios.catalogue`. Unknown
+keys are named with their closest match (hypothesis ``internal/validation.py``).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import re
-from dataclasses import dataclass
-from functools import cached_property
-from importlib import resources
-from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from specaudit.chains import tabular as chains
-
+from specaudit.chains import logits as logits_mod
 from specaudit.chains import processing
-from specaudit.contract import logits as logits_mod
-from specaudit.errors import ScenarioError, UsageError, closest
+from specaudit.chains import tabular as chains
+from specaudit.chains.lazy import ZipfChain
+from specaudit.errors import closest
 
 SCHEMA_VERSION = 1
-#: libyaml's safe loader when available (same nodes and marks, ~10x faster), else PyYAML's.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: Rows of explicit probabilities must sum to 1 within this absolute tolerance; they are then
 #: renormalised in float64 so that references are exact.
 SUM_TOLERANCE = 1e-6
@@ -119,7 +114,7 @@ class Dirichlet(_Spec):
 
     def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
         """Draw the chain from its own seed mixed with the role, so target and drafter differ."""
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed, *role_seed.entropy]))
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, *_entropy(role_seed)]))
         matrix = rng.dirichlet(np.full(vocab, self.concentration), size=vocab)
         keep = max(1, int(np.ceil(self.support * vocab)))
         if keep < vocab:
@@ -134,7 +129,7 @@ class Dirichlet(_Spec):
 
 
 class Zipf(_Spec):
-    """Lazy large-vocabulary chain: a Zipf law per full prefix, ranks permuted by a hash (issue 7).
+    """Lazy large-vocabulary chain: a Zipf law per full prefix, ranks permuted by a hash.
 
     Chains with the same ``seed`` rank tokens alike in every context; ``exponent`` sets the
     sharpness. Rows are generated on demand, so V = 32k-256k fits (see specaudit.chains.lazy).
@@ -144,10 +139,8 @@ class Zipf(_Spec):
     exponent: Annotated[float, Field(gt=0.0, le=10.0, strict=False)] = 1.0
     seed: Annotated[int, Field(ge=0)] = 0
 
-    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> Any:
+    def build(self, vocab: int, role_seed: np.random.SeedSequence) -> Any:  # a ZipfChain: no tables
         """Return the lazy chain (the seed alone decides the ranks, not the role)."""
-        from specaudit.chains.lazy import ZipfChain
-
         return ZipfChain(vocab, float(self.exponent), int(self.seed))
 
 
@@ -155,7 +148,7 @@ class OneHot(_Spec):
     """The argmax (ties to the first index) of a base chain, as a deterministic chain."""
 
     kind: Literal["one_hot"]
-    base: "TargetChain"
+    base: TargetChain
 
     def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
         """Return the chain."""
@@ -172,7 +165,7 @@ class Greedy(_Spec):
     """Greedy drafter: q is one-hot at the argmax of ``base`` (the target when omitted)."""
 
     kind: Literal["greedy"]
-    base: "TargetChain | None" = None
+    base: TargetChain | None = None
 
 
 class Sampling(_Spec):
@@ -213,7 +206,7 @@ class Logits(_Spec):
         if self.matrix is not None:
             raw = np.array(self.matrix, dtype=np.float64)
         else:
-            rng = np.random.default_rng(np.random.SeedSequence([self.seed, *role_seed.entropy]))
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, *_entropy(role_seed)]))
             raw = self.scale * rng.standard_normal((vocab, vocab))
         if raw.shape[0] == 1:  # context-free: one state
             return logits_mod.logits_chain(raw, np.zeros((1, vocab), dtype=np.int64), 0, self.sampling.params())
@@ -228,13 +221,18 @@ class SameLogitsAsTarget(_Spec):
     sampling: Sampling = Sampling()
 
 
-TargetChain = Annotated[Union[ContextFree, Markov, Dirichlet, OneHot, Logits, Zipf], Field(discriminator="kind")]
+TargetChain = Annotated[ContextFree | Markov | Dirichlet | OneHot | Logits | Zipf, Field(discriminator="kind")]
 DraftChain = Annotated[
-    Union[ContextFree, Markov, Dirichlet, OneHot, SameAsTarget, Greedy, Logits, SameLogitsAsTarget, Zipf],
+    ContextFree | Markov | Dirichlet | OneHot | SameAsTarget | Greedy | Logits | SameLogitsAsTarget | Zipf,
     Field(discriminator="kind"),
 ]
 OneHot.model_rebuild()
 Greedy.model_rebuild()
+
+
+def _entropy(role_seed: np.random.SeedSequence) -> list[int]:
+    """Return the entropy words of a role's seed (built from a list, so a list)."""
+    return list(cast(Sequence[int], role_seed.entropy))
 
 
 def _normalised(row: list[float]) -> np.ndarray:
@@ -249,7 +247,7 @@ MAX_TREE_NODES = 512
 class TreeSpec(_Spec):
     """Shape of the draft trees of an ``algorithm: tree`` scenario (its depth is ``k``)."""
 
-    width: Union[Annotated[int, Field(ge=1, le=64)], list[Annotated[int, Field(ge=1, le=64)]]] = Field(
+    width: Annotated[int, Field(ge=1, le=64)] | list[Annotated[int, Field(ge=1, le=64)]] = Field(
         description="children per node: an int (every level) or one int per depth level 0..k-1"
     )
     children: Literal["iid", "without_replacement", "topk"] = Field(
@@ -270,7 +268,7 @@ class AdapterSpec(_Spec):
     """How a scenario drives its target: an adapter (specaudit.adapters) and its options."""
 
     name: Annotated[str, Field(min_length=1, max_length=300)]
-    options: dict[str, Union[bool, int, float, str, None]] = {}
+    options: dict[str, bool | int | float | str | None] = {}
 
 
 class Scenario(_Spec):
@@ -282,8 +280,10 @@ class Scenario(_Spec):
     tags: list[str] = ["default"]
     vocab: Annotated[int, Field(ge=2, le=1 << 20)]
     k: Annotated[int, Field(ge=0, le=64)]
-    drafts: Union[Annotated[int, Field(ge=0)], Literal["uniform"], list[Annotated[float, Field(strict=False)]]] = Field(
-        None, description="draft count per row: an int (fixed), 'uniform' (0..k), or weights over 0..k"
+    drafts: Annotated[int, Field(ge=0)] | Literal["uniform"] | list[Annotated[float, Field(strict=False)]] = Field(
+        # None (omitted): k drafts every row; kept out of the type so the JSON schema offers no null
+        None,  # type: ignore[arg-type]
+        description="draft count per row: an int (fixed), 'uniform' (0..k), or weights over 0..k",
     )
     length: Annotated[int, Field(ge=1, le=4096)]
     samples: Annotated[int, Field(ge=1, le=10**9)]
@@ -313,7 +313,7 @@ class Scenario(_Spec):
         return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Scenario":
+    def _consistent(self) -> Scenario:
         if isinstance(self.drafts, int) and self.drafts > self.k:
             raise ValueError(f"drafts = {self.drafts} exceeds k = {self.k}; allowed: 0..{self.k}")
         if isinstance(self.drafts, list):
@@ -418,182 +418,8 @@ class Scenario(_Spec):
         """Return a short hash of the scenario's content (seed excluded: it is a run setting)."""
         # the adapter says how the target is called, not what law it must produce: a run setting
         body = self.model_dump(mode="json", by_alias=True, exclude={"seed", "samples", "batch", "adapter"})
-        if body.get("algorithm") == "chain" and body.get("tree") is None:  # hashes from before issue 9 hold
+        if body.get("algorithm") == "chain" and body.get("tree") is None:  # hashes from before tree and block verification hold
             del body["algorithm"], body["tree"]
-        if body.get("mode") == "sample":  # hashes from before issue 4 hold
+        if body.get("mode") == "sample":  # hashes from before the greedy and exact modes hold
             del body["mode"]
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class LoadedScenario:
-    """A scenario with where it came from (for messages and annotations)."""
-
-    spec: Scenario
-    path: str
-    line: int = 1
-
-    @property
-    def name(self) -> str:
-        """Return the scenario name."""
-        return self.spec.name
-
-
-# ---- loading with line numbers ---------------------------------------------------------
-
-
-def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int:
-    """Return the 1-based line of the YAML node at pydantic location ``loc`` (nearest ancestor)."""
-    node, line = root, 1
-    for key in loc:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if k.value == key:
-                    node = v
-                    line = k.start_mark.line + 1
-                    break
-            # a key not in the mapping is a union tag (e.g. 'markov'): stay on this node
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-        else:
-            break
-    if isinstance(node, yaml.ScalarNode) or (isinstance(node, yaml.SequenceNode) and isinstance(loc[-1], int)):
-        line = node.start_mark.line + 1
-    return line
-
-
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for key in loc:
-        if isinstance(key, int):
-            out += f"[{key}]"
-        else:
-            out += ("." if out else "") + str(key)
-    return out or "(top level)"
-
-
-_KINDS = {"context_free", "markov", "dirichlet", "one_hot", "same_as_target", "greedy", "logits", "same_logits_as_target", "zipf"}
-
-
-def _is_branch_label(key: Any) -> bool:
-    """Tell pydantic's union-branch labels ('markov', 'int', 'list[float]') from real keys."""
-    return isinstance(key, str) and (
-        key in _KINDS or key in {"int", "str", "float"} or any(c in key for c in "[(-")
-    )
-
-
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Drop pydantic's union-branch labels from an error location."""
-    return tuple(k for k in loc if not _is_branch_label(k))
-
-
-def parse_scenario(text: str, path: str = "<string>") -> LoadedScenario:
-    """Parse and validate one scenario document; raise ScenarioError with file:line on any problem."""
-    try:
-        root = yaml.compose(text, Loader=_YAML_LOADER)
-        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader (C or Python)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        raise ScenarioError(f"{path}:{line}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{path}:1: a scenario must be a YAML mapping (name: ..., vocab: ..., ...)")
-    try:
-        spec = Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise ScenarioError(_describe(exc, root, path)) from None
-    return LoadedScenario(spec, path, 1)
-
-
-def _describe(exc: ValidationError, root: yaml.Node | None, path: str) -> str:
-    lines, seen = [], set()
-    for err in exc.errors():
-        loc = _clean_loc(err["loc"])
-        if err["type"] == "unknown_key":
-            loc = (*loc, err["ctx"]["key"])
-        if err["type"] == "union_tag_invalid":
-            loc = (*loc, "kind")
-            allowed = err["ctx"]["expected_tags"]
-            msg = f"unknown kind {err['ctx']['tag']!r}; allowed: {allowed}{closest(str(err['ctx']['tag']), [t.strip(chr(39)) for t in allowed.split(', ')])}"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if not isinstance(err.get("input"), (dict, list)) and err["type"] != "value_error":
-                msg += f" (got {err.get('input')!r})"
-            # whole-scenario checks name their key first ("drafts = 5 exceeds k"): point at it
-            head = re.match(r"^([A-Za-z_][\w.]*)\b", msg)
-            if not loc and head:
-                loc = tuple(head.group(1).split("."))
-            row = re.match(r"^row (\d+) ", msg)
-            if row:  # point at the offending row of a matrix
-                loc = (*loc, int(row.group(1)))
-        text = f"{path}:{_line_of(root, loc)}: {_format_loc(loc)}: {msg}"
-        if text not in seen:
-            seen.add(text)
-            lines.append(text)
-    return "\n".join(lines)
-
-
-def load_scenario(path: str | Path) -> LoadedScenario:
-    """Load one scenario file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror}") from None
-    return parse_scenario(text, str(path))
-
-
-def shipped_paths() -> list[Path]:
-    """Return the shipped scenario files, sorted by name."""
-    root = resources.files("specaudit.shipped")
-    return sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith((".yaml", ".yml")))
-
-
-def shipped() -> list[LoadedScenario]:
-    """Load every shipped scenario (parsed once per file version per process)."""
-    return [_load_shipped(str(p), p.stat().st_mtime_ns) for p in shipped_paths()]
-
-
-@functools.lru_cache(maxsize=256)
-def _load_shipped(path: str, mtime_ns: int) -> LoadedScenario:
-    """Load a shipped file; the cache key includes its mtime, so edits are seen (issue 7: overhead)."""
-    return load_scenario(path)
-
-
-def default_suite() -> list[LoadedScenario]:
-    """Return the shipped scenarios tagged ``default``."""
-    return [s for s in shipped() if "default" in s.spec.tags]
-
-
-def resolve(names_or_paths: list[str] | tuple[str, ...] | None) -> list[LoadedScenario]:
-    """Resolve ``--scenario`` values (shipped names, tags as ``tag:NAME``, or YAML paths)."""
-    if not names_or_paths:
-        return default_suite()
-    catalogue = {s.name: s for s in shipped()}
-    found: list[LoadedScenario] = []
-    for item in names_or_paths:
-        if item.startswith("tag:"):
-            found.extend(s for s in catalogue.values() if item[4:] in s.spec.tags)  # none: nothing to run
-        elif item in catalogue:
-            found.append(catalogue[item])
-        elif Path(item).exists() or item.endswith((".yaml", ".yml")):
-            found.append(load_scenario(item))
-        else:
-            raise UsageError(
-                f"--scenario {item}: not a shipped scenario name nor a file{closest(item, catalogue)}; "
-                f"`specaudit list` shows the names"
-            )
-    return found
-
-
-def json_schema() -> dict[str, Any]:
-    """Return the JSON Schema of a scenario file, for editors."""
-    schema = Scenario.model_json_schema(by_alias=True)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "specaudit scenario (schema version 1)"
-    return schema

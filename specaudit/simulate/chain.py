@@ -4,137 +4,46 @@ Rows of a batch are independent sequences; a finished row is refilled with the n
 (continuous batching), so every verify call but the last few sees a full batch. The hot path is
 vectorised across rows; the only Python loop runs over the K draft positions.
 
-Speed (issue 7): a tabular chain is turned once into lookup tables (payload rows extended with
-the padding garbage, Walker alias tables for O(1) sampling, a flat next-state table), so one
-verify call costs a handful of small numpy operations plus one gather each for ``p`` and ``q``.
-With the C extension built (:mod:`specaudit.simulate.kernels`) the same work runs as two compiled
-loops, with the same random draws and the same results.
-Lazy chains (no tables, e.g. :mod:`specaudit.chains.lazy`) are asked for rows on demand.
+Speed (the fast tabular simulator): a tabular chain is turned once into lookup tables
+(:mod:`specaudit.simulate.tables`: payload rows extended with the padding garbage, Walker alias
+tables for O(1) sampling, a flat next-state table), so one verify call costs a handful of small
+numpy operations plus one gather each for ``p`` and ``q``. With the C extension built
+(:mod:`specaudit.simulate.kernels`) the same work runs as two compiled loops, with the same random
+draws and the same results. Lazy chains (no tables, e.g. :mod:`specaudit.chains.lazy`) are asked
+for rows on demand. Finished sequences go to sinks (:mod:`specaudit.simulate.tallies`).
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
-from specaudit.simulate import kernels
 from specaudit.chains.tabular import TabularChain
 from specaudit.contract.chain import validate_output
+from specaudit.simulate import kernels
+from specaudit.simulate.tables import GARBAGE_POOL, alias_tables, garbage_pool, joint_tables, rows_within, tabular, warm
+from specaudit.simulate.tallies import JointCounts, RoundStats, Sink
 
-#: Padding distributions are drawn from this many random laws with every entry > 0, so a
-#: verifier that reads past num_draft sees plausible, non-zero garbage (never zeros).
-GARBAGE_POOL = 64
+__all__ = [
+    "DEFAULT_MAX_MEMORY",
+    "JointCounts",
+    "Plan",
+    "RoundStats",
+    "Sink",
+    "alias_tables",
+    "rows_within",
+    "simulate",
+    "warm",
+]
+
 #: Default bound on the simulator's working memory (``--max-memory``), bytes.
 DEFAULT_MAX_MEMORY = 2 << 30
-#: Chains whose table holds at most this many entries get alias and payload tables.
-TABLE_ENTRIES = 1 << 24
-#: Joint drafting tables hold at most this many (state, path) entries; drafts are sampled in
-#: blocks of m tokens with states * V**m within it (alias tables are built in Python, once).
-PATH_ENTRIES = 1 << 14
-#: Whole-block payload tables (p and q of every (state, K-path)) hold at most this many entries.
-BLOCK_ENTRIES = 1 << 21
 #: Lazy chains generate payload rows in slices of this many rows (bounds their temporaries).
 LAZY_ROWS = 256
-#: Working-set bytes per payload entry: p and q, plus the verifier's own temporaries.
-_BYTES_PER_ENTRY = 8 * 3
-
-
-class Sink(Protocol):
-    """Receives every finished sequence; accumulates what a check needs."""
-
-    def observe(self, sequences: np.ndarray) -> None:
-        """Take a block of finished sequences [n, L]."""
-
-
-class JointCounts:
-    """Counts of whole sequences, cell index = sum_t x_t V**(L-1-t)."""
-
-    def __init__(self, vocab: int, length: int):
-        self.weights = vocab ** np.arange(length - 1, -1, -1, dtype=np.int64)
-        self.counts = np.zeros(vocab**length, dtype=np.int64)
-
-    def observe(self, sequences: np.ndarray) -> None:
-        """Add the sequences' cells to the counts."""
-        self.counts += np.bincount(sequences @ self.weights, minlength=self.counts.size)
-
-    def merge(self, other: "JointCounts") -> None:
-        """Add another shard's counts (same V and L)."""
-        self.counts += other.counts
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the counts as JSON-able data."""
-        nz = np.flatnonzero(self.counts)
-        return {"cells": int(self.counts.size), "index": nz.tolist(), "count": self.counts[nz].tolist()}
-
-    def load(self, data: dict[str, Any]) -> None:
-        """Add counts written by :meth:`to_dict`."""
-        if int(data["cells"]) != self.counts.size:
-            raise ValueError(f"joint counts have {data['cells']} cells, expected {self.counts.size}")
-        np.add.at(self.counts, np.asarray(data["index"], dtype=np.int64), np.asarray(data["count"], dtype=np.int64))
-
-
-@dataclass
-class RoundStats:
-    """Additive per-round and per-sequence tallies (mergeable across shards)."""
-
-    k: int
-    accept_first: np.ndarray = field(init=False)  # accepted-count histogram, first round only
-    accept_all: np.ndarray = field(init=False)  # accepted-count histogram, every round
-    sequences: int = 0
-    # sums over sequences of R (rounds), T (uncut tokens), R^2, T^2, R*T: the ratio's delta method
-    moments: np.ndarray = field(default_factory=lambda: np.zeros(5))
-    calls: int = 0
-    verifier_seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.accept_first = np.zeros(self.k + 1, dtype=np.int64)
-        self.accept_all = np.zeros(self.k + 1, dtype=np.int64)
-
-    def finish(self, rounds: np.ndarray, tokens: np.ndarray) -> None:
-        """Record finished sequences' round and token totals."""
-        r, t = rounds.astype(np.float64), tokens.astype(np.float64)
-        self.sequences += r.size
-        self.moments += (r.sum(), t.sum(), (r * r).sum(), (t * t).sum(), (r * t).sum())
-
-    def merge(self, other: "RoundStats") -> None:
-        """Add another shard's tallies (same K)."""
-        if other.k != self.k:
-            raise ValueError(f"cannot merge round stats with k = {other.k} into k = {self.k}")
-        self.accept_first += other.accept_first
-        self.accept_all += other.accept_all
-        self.sequences += other.sequences
-        self.moments += other.moments
-        self.calls += other.calls
-        self.verifier_seconds += other.verifier_seconds
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the tallies as JSON-able data (moments as exact float repr)."""
-        return {
-            "k": self.k,
-            "accept_first": self.accept_first.tolist(),
-            "accept_all": self.accept_all.tolist(),
-            "sequences": self.sequences,
-            "moments": [float(x) for x in self.moments],
-            "calls": self.calls,
-            "verifier_seconds": self.verifier_seconds,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RoundStats":
-        """Rebuild tallies written by :meth:`to_dict`."""
-        out = cls(int(data["k"]))
-        out.accept_first[:] = data["accept_first"]
-        out.accept_all[:] = data["accept_all"]
-        out.sequences = int(data["sequences"])
-        out.moments[:] = data["moments"]
-        out.calls = int(data["calls"])
-        out.verifier_seconds = float(data["verifier_seconds"])
-        return out
 
 
 @dataclass(frozen=True)
@@ -147,43 +56,6 @@ class Plan:
     draft_law: np.ndarray
 
 
-def _garbage_pool(vocab: int, rng: np.random.Generator) -> np.ndarray:
-    pool = rng.dirichlet(np.ones(vocab), size=GARBAGE_POOL) + 1e-3
-    return pool / pool.sum(axis=1, keepdims=True)
-
-
-def alias_tables(dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Return Walker alias tables ``(threshold, alias)`` [S*V] for the rows of ``dist`` [S, V].
-
-    Token ``j`` of row ``s`` is kept when the fractional uniform is below ``threshold[s*V+j]``,
-    else replaced by ``alias[s*V+j]`` (Vose 1991). A token of probability 0 gets threshold 0 and
-    an alias of positive mass, so it is never drawn, whatever rounding leaves over.
-    """
-    s_count, v = dist.shape
-    thr = np.zeros((s_count, v))
-    ali = np.zeros((s_count, v), dtype=np.int64)
-    for s in range(s_count):
-        row = dist[s] / dist[s].sum()
-        scaled = (row * v).tolist()
-        small = [j for j in range(v) if scaled[j] < 1.0]
-        large = [j for j in range(v) if scaled[j] >= 1.0]
-        t, a = thr[s], ali[s]
-        while small and large:
-            j, g = small.pop(), large[-1]
-            t[j], a[j] = scaled[j], g
-            scaled[g] -= 1.0 - scaled[j]
-            if scaled[g] < 1.0:
-                small.append(large.pop())
-        for j in large + small:  # rounding leftovers: full columns
-            t[j], a[j] = 1.0, j
-        zero = row <= 0
-        if zero.any():  # never let rounding give a zero-mass token a column of its own
-            t[zero] = 0.0
-            bad = zero & (row[a] <= 0)
-            a[bad] = int(np.argmax(row))
-    return thr.ravel(), ali.ravel()
-
-
 class _Joint:
     """Tabular target and drafter as one chain on the reachable (target, drafter) state pairs.
 
@@ -193,7 +65,7 @@ class _Joint:
     """
 
     def __init__(self, target: Any, draft: Any, k: int, pool: np.ndarray):
-        t = _joint_tables(target, draft, k)
+        t = joint_tables(target, draft, k)
         self.m, self.vocab, self.k = t["m"], t["vocab"], k
         self.blocks = -(-k // self.m) if k else 0  # alias draws per row and call
         self.paths, self.n_paths = t["paths"], t["n_paths"]
@@ -324,85 +196,6 @@ class _Pair:
         states[1][:n] = self.drafter.advance(at[1][rows, acc], last)
 
 
-def _tabular(chain: Any) -> bool:
-    dist = getattr(chain, "dist", None)
-    return isinstance(dist, np.ndarray) and isinstance(getattr(chain, "nxt", None), np.ndarray) and dist.size <= TABLE_ENTRIES
-
-
-def _reachable_pairs(target: Any, draft: Any) -> np.ndarray:
-    """Return the (target, drafter) state pairs reachable from the start pair, [S, 2]."""
-    seen = {(int(target.start), int(draft.start))}
-    frontier = np.array(sorted(seen), dtype=np.int64)
-    while frontier.size:
-        nt = target.nxt[frontier[:, 0]].ravel()
-        ndr = draft.nxt[frontier[:, 1]].ravel()
-        new = {(int(a), int(b)) for a, b in zip(nt, ndr)} - seen
-        seen |= new
-        frontier = np.array(sorted(new), dtype=np.int64).reshape(-1, 2)
-    return np.array(sorted(seen), dtype=np.int64)
-
-
-@functools.lru_cache(maxsize=16)
-def _joint_tables(target: Any, draft: Any, k: int) -> dict[str, Any]:
-    """Build (once per chain pair) the joint-state tables that :class:`_Joint` reads."""
-    vocab = int(target.vocab)
-    pairs = _reachable_pairs(target, draft)
-    n_states = len(pairs)
-    code = {(int(a), int(b)): i for i, (a, b) in enumerate(pairs)}
-    nxt_pairs = np.stack([target.nxt[pairs[:, 0]], draft.nxt[pairs[:, 1]]], axis=-1)  # [S, V, 2]
-    nxt = np.array([code[(int(a), int(b))] for a, b in nxt_pairs.reshape(-1, 2)], dtype=np.int64)
-    q = np.asarray(draft.probs(pairs[:, 1]), dtype=np.float64)  # [S, V]
-    m = 1
-    while m < k and n_states * vocab ** (m + 1) <= PATH_ENTRIES:
-        m += 1
-    n_paths = vocab**m
-    paths = np.stack(np.unravel_index(np.arange(n_paths), (vocab,) * m), axis=1).astype(np.int64)  # [P, m]
-    # walk every path from every state: probability and the states along the way
-    law = np.ones((n_states, n_paths))
-    states = np.empty((n_states, n_paths, m + 1), dtype=np.int64)
-    states[:, :, 0] = np.arange(n_states)[:, None]
-    for i in range(m):
-        cur = states[:, :, i]
-        x = paths[None, :, i]
-        law *= q[cur, x]
-        states[:, :, i + 1] = nxt[cur * vocab + x]
-    threshold, alias = alias_tables(law)
-    path_states = states.reshape(n_states * n_paths, m + 1)
-    p_payload, q_payload = np.asarray(target.payload(pairs[:, 0])), np.asarray(draft.payload(pairs[:, 1]))
-    whole = m == k and path_states.shape[0] * (2 * k + 1) * vocab <= BLOCK_ENTRIES  # garbage rows are never on a path
-    return {
-        "m": m,
-        "vocab": vocab,
-        "paths": paths,
-        "n_paths": n_paths,
-        "threshold": threshold,
-        "alias": alias,
-        "path_states": path_states,
-        "nxt": nxt,
-        "start": code[(int(target.start), int(draft.start))],
-        "n_states": n_states,
-        "p_payload": p_payload,
-        "q_payload": q_payload,
-        "p_blocks": p_payload[path_states] if whole else None,
-        "q_blocks": q_payload[path_states[:, :k]] if whole else None,
-    }
-
-
-def warm(target: Any, draft: Any, k: int) -> None:
-    """Build the joint tables of a tabular chain pair and load the compiled kernels now.
-
-    Called before forking workers, which then share both instead of each building its own.
-    """
-    if _tabular(target) and _tabular(draft):
-        _joint_tables(target, draft, k)
-        kernels.load()
-
-
-def rows_within(max_memory: int, vocab: int, k: int) -> int:
-    """Return how many batch rows fit the working-set budget ``max_memory`` (at least 1)."""
-    return max(1, int(max_memory) // (_BYTES_PER_ENTRY * vocab * (2 * k + 1)))
-
-
 def _validate(result: Any, drafts_ext: np.ndarray, nd: np.ndarray, vocab: int, col: np.ndarray):
     """Return ``(out, n_out, last)`` after a cheap contract check; defer to the full one on doubt.
 
@@ -481,8 +274,8 @@ def simulate(
     """
     vocab, k, length = target.vocab, len(plan.draft_law) - 1, plan.length
     stats = RoundStats(k)
-    pool = _garbage_pool(vocab, rng)
-    pair = (_Joint if _tabular(target) and _tabular(draft) else _Pair)(target, draft, k, pool)
+    pool = garbage_pool(vocab, rng)
+    pair = (_Joint if tabular(target) and tabular(draft) else _Pair)(target, draft, k, pool)
     law = np.asarray(plan.draft_law, dtype=np.float64)
     fixed = int(np.argmax(law)) if np.count_nonzero(law) == 1 else None
     law_cdf = np.cumsum(law)[:-1]
@@ -505,6 +298,7 @@ def simulate(
     row_stride = buf.shape[1]
     bins = 2 * (k + 1)
     kern = kernels.load() if isinstance(pair, _Joint) else None
+    tab = cast(_Joint, pair)  # the compiled loops (kern set) read the joint tables
     observers = list(sinks)
     if kern is not None:
         # one whole-sequence histogram is counted by the compiled loop itself
@@ -531,16 +325,16 @@ def simulate(
         dx = d_ext[:n]
         p, q = p_buf[:n], q_buf[:n]
         if kern is not None:  # the same draws as the numpy code below, in compiled loops
-            u = rng.random((pair.blocks, n))
+            u = rng.random((tab.blocks, n))
             if ragged:
                 gp, gq = rng.integers(GARBAGE_POOL, size=(n, k + 1)), rng.integers(GARBAGE_POOL, size=(n, k))
                 gx = rng.integers(vocab, size=(n, k))
             else:
                 gp = gq = gx = no_pad
             d_ids = d_buf[:n]
-            blocks = pair.flat_blocks if gp is no_pad else (no_block, no_block)
-            kern.begin(states[0][:n], u, pair.n_paths, pair.threshold, pair.alias, pair.paths, pair.path_states,
-                       *blocks, nd, gp, gq, gx, pair.garbage, pair.p_table, pair.q_table, dx, d_ids, at[0], p, q)
+            blocks = tab.flat_blocks if gp is no_pad else (no_block, no_block)
+            kern.begin(states[0][:n], u, tab.n_paths, tab.threshold, tab.alias, tab.paths, tab.path_states,
+                       *blocks, nd, gp, gq, gx, tab.garbage, tab.p_table, tab.q_table, dx, d_ids, at[0], p, q)
         elif ragged:
             pair.draft(states, n, rng, dx, at)
             pad_p = col[None, :] > nd[:, None]
@@ -559,9 +353,9 @@ def simulate(
         stats.calls += 1
         if kern is not None:
             budget = max(0, plan.samples - started)
-            count, n = _booked(kern, result, dx, nd, vocab, at[0], pair.nxt, states[0], pos, rounds, tokens, buf,
+            count, n = _booked(kern, result, dx, nd, vocab, at[0], tab.nxt, states[0], pos, rounds, tokens, buf,
                                length, stats.accept_all, stats.accept_first, stats.moments, cells, weights, done_buf,
-                               fin_buf, pair.start, budget)
+                               fin_buf, tab.start, budget)
             stats.sequences += count
             started += min(count, budget)
             if count:

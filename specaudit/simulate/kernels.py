@@ -13,7 +13,7 @@ row:
 
 They take the same uniforms and garbage draws from the same generator calls and apply the same
 float64 arithmetic, so sequences, counts and statistics are identical with and without them
-(tests/test_kernels.py compares them). The extension is built by ``pip install`` when a C
+(tests/simulate/test_kernels.py compares them). The extension is built by ``pip install`` when a C
 compiler is there (it is optional: without one the install goes on and the numpy code runs);
 ``SPECAUDIT_NO_KERNELS=1`` also selects the numpy code. After editing ``_kernels.c``, run
 ``pip install -e .`` again to rebuild it.

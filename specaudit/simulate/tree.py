@@ -2,8 +2,8 @@
 
 The tree twin of :mod:`specaudit.simulate.chain`: rows of a batch are independent sequences, refilled
 when they finish (continuous batching), and finished sequences go to the same sinks
-(:class:`~specaudit.simulate.chain.JointCounts`); per-round tallies are the same
-:class:`~specaudit.simulate.chain.RoundStats` with K = the tree depth. Trees are built level by level on
+(:class:`~specaudit.simulate.tallies.JointCounts`); per-round tallies are the same
+:class:`~specaudit.simulate.tallies.RoundStats` with K = the tree depth. Trees are built level by level on
 a full grid of slots (vectorised across rows and slots), then compacted per row into topological
 (breadth-first) order, so ragged rows get their own shapes. The only Python loops run over depth
 levels and siblings.
@@ -17,13 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specaudit.chains.tabular import TabularChain
 from specaudit.chains.sampling import sample_rows
-from specaudit.simulate.chain import RoundStats, Sink
+from specaudit.chains.tabular import TabularChain
 from specaudit.contract.tree import validate_tree_output
+from specaudit.simulate.tables import GARBAGE_POOL, garbage_pool
+from specaudit.simulate.tallies import RoundStats, Sink
 
-#: Padding laws are drawn from this many random laws with every entry > 0 (never zeros).
-GARBAGE_POOL = 64
 CHILD_KINDS = ("iid", "without_replacement", "topk")
 
 
@@ -155,11 +154,6 @@ def draft_trees(
     return _Trees(tokens, parent, q, p, num_nodes, st_node, sd_node)
 
 
-def _garbage_pool(vocab: int, rng: np.random.Generator) -> np.ndarray:
-    pool = rng.dirichlet(np.ones(vocab), size=GARBAGE_POOL) + 1e-3
-    return pool / pool.sum(axis=1, keepdims=True)
-
-
 def simulate_tree(
     verify: Callable,
     target: TabularChain,
@@ -177,7 +171,7 @@ def simulate_tree(
     """
     vocab, depth, length = target.vocab, plan.depth, plan.length
     stats = RoundStats(depth)
-    pool = _garbage_pool(vocab, rng)
+    pool = garbage_pool(vocab, rng)
     width = min(plan.batch, plan.samples)
     active = np.zeros(width, dtype=bool)
     pos = np.zeros(width, dtype=np.int64)

@@ -10,6 +10,24 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+__all__ = [
+    "MIN_EXPECTED",
+    "GoodnessOfFit",
+    "RatioTest",
+    "chi2_isf",
+    "chi2_sf",
+    "divergence",
+    "expected_tv_null",
+    "goodness_of_fit",
+    "holm",
+    "merge_groups",
+    "ncx2_sf",
+    "normal_isf",
+    "normal_sf",
+    "ratio_test",
+    "tv_distance",
+]
+
 #: Cells are merged until each group's expected count reaches this (Cochran's rule of five).
 MIN_EXPECTED = 5.0
 
@@ -47,7 +65,8 @@ def merge_groups(expected: np.ndarray, min_expected: float = MIN_EXPECTED) -> np
     small = small[np.argsort(expected[small], kind="stable")]
     cs = np.cumsum(expected[small])
     gid = np.empty(small.size, dtype=np.int64)
-    start, totals = 0, []
+    start = 0
+    totals: list[float] = []
     while start < small.size:
         base = cs[start - 1] if start else 0.0
         stop = min(int(np.searchsorted(cs, base + min_expected, side="left")) + 1, small.size)

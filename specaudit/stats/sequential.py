@@ -1,4 +1,4 @@
-"""Sequential early stop (issue 7): looks at block boundaries with alpha spending.
+"""Sequential early stop: looks at block boundaries with alpha spending.
 
 A scenario of B blocks is looked at after 1, 2, 4, ... blocks (doubling, PractRand style) and
 after all B (:func:`look_schedule`). Look ``j`` of ``J + 1`` gets the weight ``w_j``: the final
@@ -83,7 +83,7 @@ class Track:
             data = {**r.data, "sequential": {"looks": list(self.looks), "pvalues": list(history),
                                                "weights": self.weights[: j + 1], "pvalue": seq, "raw_pvalue": r.pvalue}}
             out.append(dataclasses.replace(r, pvalue=seq, data=data))
-        for name, history in self.pvalues.items():  # a check absent at this look
+        for history in self.pvalues.values():  # a check absent at this look
             if len(history) <= j:
                 history.append(None)
         return tuple(out)

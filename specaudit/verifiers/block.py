@@ -27,8 +27,8 @@ from typing import Literal
 
 import numpy as np
 
-from specaudit.contract.chain import assemble, chain_inputs
 from specaudit.chains.sampling import final_token
+from specaudit.contract.chain import assemble, chain_inputs
 
 
 def _ratio(p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray:
@@ -38,7 +38,7 @@ def _ratio(p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray:
 
 
 @chain_inputs
-def _block(
+def block_verify(
     draft: np.ndarray,
     q: np.ndarray,
     p: np.ndarray,
@@ -48,7 +48,8 @@ def _block(
     stop: Literal["last", "first"] = "last",
     scale: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run block verification with the reference's defaults; every other switch value is a bug."""
+    """Run block verification; switches at their defaults are the reference, each other value one zoo bug."""
+    batch: int
     batch, k = draft.shape
     rows = np.arange(batch)
     eta = rng.random((batch, k))
@@ -99,4 +100,4 @@ def verify(
     Chain contract (:mod:`specaudit.contract.chain`). Row ``b`` has ``num_draft[b]`` valid drafts and its
     bonus position at ``p[b, num_draft[b]]``; nothing past it is read. Sun et al. 2024, Alg. 2.
     """
-    return _block(draft, q, p, num_draft, rng)
+    return block_verify(draft, q, p, num_draft, rng)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specaudit.contract.chain import assemble, chain_inputs
 from specaudit.chains.sampling import final_token
+from specaudit.contract.chain import assemble, chain_inputs
 
 
 @chain_inputs
@@ -27,6 +27,7 @@ def verify(
     accepted, a bonus token is drawn from ``p[b, num_draft[b]]``. ``out`` is padded with -1 and
     ``n_out = accepted + 1``. Everything past ``num_draft[b]`` is padding and is never read.
     """
+    batch: int
     batch, k = draft.shape
     rows = np.arange(batch)
     valid = np.arange(k)[None, :] < num_draft[:, None]

@@ -29,7 +29,7 @@ from specaudit.chains.sampling import sample_rows
 from specaudit.contract.tree import tree_contract
 
 
-def _verify_tree(
+def verify_tree(
     tokens: np.ndarray,
     parent: np.ndarray,
     q: np.ndarray,
@@ -40,10 +40,11 @@ def _verify_tree(
     residual: Literal["updated", "frozen"] = "updated",
     duplicates: Literal["tested", "double"] = "tested",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run SpecInfer Alg. 2 with the reference's defaults; every other switch value is a bug."""
+    """Run SpecInfer Alg. 2; switches at their defaults are the reference, each other value one zoo bug."""
     tokens = np.asarray(tokens)
     parent = np.asarray(parent)
     num_nodes = np.asarray(num_nodes, dtype=np.int64)
+    batch: int
     batch, n = tokens.shape
     path = np.full((batch, n), -1, dtype=np.int64)
     if batch == 0:
@@ -117,4 +118,4 @@ def verify(
     target law ``p[b, 1 + j]``. When no child is accepted (or the node is a leaf), ``final`` is
     drawn from the current ``p``. Nodes past ``num_nodes[b]`` are never read.
     """
-    return _verify_tree(tokens, parent, q, p, num_nodes, rng)
+    return verify_tree(tokens, parent, q, p, num_nodes, rng)

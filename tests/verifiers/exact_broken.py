@@ -4,9 +4,9 @@ import time
 
 import numpy as np
 
+from specaudit.chains.sampling import final_token
 from specaudit.contract.chain import assemble
 from specaudit.verifiers.reference import verify as _reference
-from specaudit.chains.sampling import final_token
 
 
 def mutates_p(draft, q, p, num_draft, rng):

@@ -23,8 +23,9 @@ Kinds
 Attributes
 ----------
 MUTANTS : dict[str, Mutant]
-    Registry, keyed by name, in definition order. Each function also carries its entry as
-    ``func.mutant``.
+    The chain mutants, keyed by name, in definition order (their entries of the one zoo
+    registry, :data:`specaudit.verifiers.zoo.MUTANTS`). Each function also carries its entry
+    as ``func.mutant``; :func:`get` looks a chain mutant up by name.
 
 Notes
 -----
@@ -43,60 +44,26 @@ Bug reports are cited per mutant (``Mutant.mirrors``); see ``notes/peers.md``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from specaudit.contract.chain import assemble, chain_inputs
-from specaudit.errors import closest
 from specaudit.chains.sampling import sample_rows
+from specaudit.contract.chain import assemble, chain_inputs
+from specaudit.verifiers.zoo import mutant as zoo
+from specaudit.verifiers.zoo.mutant import KINDS, Kind, Mutant, Verifier
 
 __all__ = ["KINDS", "MUTANTS", "Mutant", "get"]
 
-Kind = Literal["distribution", "boundary", "lossless-control"]
-KINDS: tuple[str, ...] = ("distribution", "boundary", "lossless-control")
-Verifier = Callable[..., tuple[np.ndarray, np.ndarray]]
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """A broken (or deliberately inefficient) verifier and what it mirrors."""
-
-    name: str
-    func: Verifier
-    description: str  # one line
-    mirrors: str  # the bug report, issue or paper it reproduces
-    kind: Kind
-
-    def __call__(self, draft, q, p, num_draft, rng):
-        """Run the mutant on one batch."""
-        return self.func(draft, q, p, num_draft, rng)
-
-
-MUTANTS: dict[str, Mutant] = {}
-
 
 def get(name: str) -> Mutant:
-    """Return the registered mutant ``name``; raise KeyError with the closest name otherwise."""
-    try:
-        return MUTANTS[name]
-    except KeyError:
-        known = ", ".join(MUTANTS)
-        raise KeyError(f"unknown mutant {name!r}{closest(name, MUTANTS)}; known: {known}") from None
+    """Return the chain mutant ``name``; raise KeyError with the closest name otherwise."""
+    return zoo.get(name, "chain")
 
 
 def _register(kind: Kind, mirrors: str) -> Callable[[Verifier], Verifier]:
-    """Register a mutant function; its one-line docstring is the description."""
-
-    def wrap(func: Verifier) -> Verifier:
-        description = (func.__doc__ or "").strip()
-        entry = Mutant(func.__name__, func, description, mirrors, kind)
-        MUTANTS[entry.name] = entry
-        func.mutant = entry  # type: ignore[attr-defined]
-        return func
-
-    return wrap
+    """Register a chain-rule mutant (canonical contract, chain algorithm)."""
+    return zoo.register(kind, mirrors)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +114,7 @@ def _chain(
     sampler: Callable[[np.ndarray, np.ndarray], np.ndarray] = sample_rows,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run chain verification with the reference's defaults; every other switch value is a bug."""
+    batch: int
     batch, k = draft.shape
     rows = np.arange(batch)
     valid = np.arange(k)[None, :] < num_draft[:, None]
@@ -296,6 +264,7 @@ def no_bonus(draft, q, p, num_draft, rng):
 @chain_inputs
 def sample_and_match(draft, q, p, num_draft, rng):
     """Accept a draft iff it equals an independent sample from p; emit that sample on mismatch."""
+    batch: int
     batch, k = draft.shape
     rows = np.arange(batch)
     valid = np.arange(k)[None, :] < num_draft[:, None]
@@ -317,7 +286,12 @@ def sample_and_match(draft, q, p, num_draft, rng):
 def ignore_drafts(draft, q, p, num_draft, rng):
     """Ignore the drafts and emit one token from p[:, 0] (n_out = 1)."""
     draft = np.asarray(draft)
+    batch: int
     batch, k = draft.shape
     token = sample_rows(p[:, 0], rng.random(batch)) if batch else np.zeros(0, dtype=np.int64)
     n_acc = np.zeros(batch, dtype=np.int64)
     return assemble(draft, n_acc, token)
+
+
+#: The chain mutants of the one zoo registry, by name, in definition order.
+MUTANTS: dict[str, Mutant] = zoo.family("chain")

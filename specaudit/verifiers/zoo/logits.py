@@ -1,6 +1,6 @@
 """Processing-mismatch mutants in the logits contract, each mirroring a filed bug.
 
-Every mutant has the signature of :func:`specaudit.contract.logits.verify_reference`::
+Every mutant has the signature of :func:`specaudit.verifiers.logits.verify_reference`::
 
     verify(draft[B,K], draft_logits[B,K,V], target_logits[B,K+1,V], num_draft[B], params, rng)
 
@@ -11,61 +11,37 @@ law the drafts were sampled from (q) or the processed target (p). Run one with
 
 Attributes
 ----------
-MUTANTS : dict[str, LogitsMutant]
-    Registry in definition order; ``diverges`` names the hypothesis of
-    :mod:`specaudit.checks.processing` that describes the bug, so the diagnosis can be checked.
+MUTANTS : dict[str, Mutant]
+    The logits mutants of the one zoo registry, in definition order; ``diverges`` names the
+    hypothesis of :mod:`specaudit.laws.processing` that describes the bug, so the diagnosis can
+    be checked. ``LogitsMutant`` is the one :class:`~specaudit.verifiers.zoo.mutant.Mutant` type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from specaudit.verifiers import reference
-from specaudit.errors import closest
 from specaudit.chains.processing import SamplingParams, process
+from specaudit.verifiers import reference
+from specaudit.verifiers.zoo import mutant as zoo
+from specaudit.verifiers.zoo.mutant import Mutant, Verifier
 
 __all__ = ["MUTANTS", "LogitsMutant", "get"]
 
-Verifier = Callable[..., tuple[np.ndarray, np.ndarray]]
+#: The one mutant type; the logits contract's entries carry ``diverges``.
+LogitsMutant = Mutant
 
 
-@dataclass(frozen=True)
-class LogitsMutant:
-    """A logits verifier with one processing mismatch, and what it mirrors."""
-
-    name: str
-    func: Verifier
-    description: str
-    mirrors: str
-    diverges: str  # a hypothesis name of specaudit.checks.processing.HYPOTHESES
-
-    def __call__(self, draft, draft_logits, target_logits, num_draft, params, rng):
-        """Run the mutant on one batch."""
-        return self.func(draft, draft_logits, target_logits, num_draft, params, rng)
-
-
-MUTANTS: dict[str, LogitsMutant] = {}
-
-
-def get(name: str) -> LogitsMutant:
-    """Return the registered mutant ``name``; raise KeyError with the closest name otherwise."""
-    try:
-        return MUTANTS[name]
-    except KeyError:
-        raise KeyError(f"unknown logits mutant {name!r}{closest(name, MUTANTS)}; known: {', '.join(MUTANTS)}") from None
+def get(name: str) -> Mutant:
+    """Return the logits mutant ``name``; raise KeyError with the closest name otherwise."""
+    return zoo.get(name, "logits")
 
 
 def _register(mirrors: str, diverges: str) -> Callable[[Verifier], Verifier]:
-    def wrap(func: Verifier) -> Verifier:
-        entry = LogitsMutant(func.__name__, func, (func.__doc__ or "").strip(), mirrors, diverges)
-        MUTANTS[entry.name] = entry
-        func.mutant = entry  # type: ignore[attr-defined]
-        return func
-
-    return wrap
+    """Register a processing-mismatch mutant of the logits contract."""
+    return zoo.register("distribution", mirrors, contract="logits", diverges=diverges)
 
 
 @_register("HF transformers #47932 (q returned unfiltered while drafts came from top-k)", "q-unprocessed")
@@ -101,3 +77,7 @@ def float32_draft(draft, draft_logits, target_logits, num_draft, params, rng):
     q = process(draft_logits, params.draft, dtype=np.float32).astype(np.float64)
     p = process(target_logits, params.target)
     return reference.verify(draft, q, p, num_draft, rng)
+
+
+#: The logits mutants of the one zoo registry, by name, in definition order.
+MUTANTS: dict[str, Mutant] = zoo.family("logits")

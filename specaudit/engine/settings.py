@@ -1,0 +1,190 @@
+"""Run settings: one frozen, validated object for everything a run is asked to do.
+
+``specaudit.run``'s keyword arguments, the CLI's options and a shard document's recorded settings
+all become one :class:`RunSettings` (nox's one config object handed to every task of
+``workflow.execute``). It is validated once, when it is built, so the pipeline below it
+(:mod:`specaudit.engine.run`, :mod:`specaudit.engine.scenario`, :mod:`specaudit.engine.executors`)
+reads plain fields and re-checks nothing. The settings a RunResult records are written by
+:meth:`RunSettings.record` and read back by :meth:`RunSettings.from_record` only, so
+``specaudit merge`` reads a shard's settings exactly as the run wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specaudit.checks import statistical_checks
+from specaudit.contract.guard import DEFAULT_TIMEOUT
+from specaudit.errors import UsageError, check_level
+from specaudit.stats import sequential
+
+__all__ = ["BACKENDS", "DEFAULT_ALPHA", "RunSettings", "adapter_of", "default_suspect_level", "parse_shard"]
+
+#: Family-wise error rate of a run when none is given.
+DEFAULT_ALPHA = 1e-3
+#: Where blocks can run: this machine's processes, or Ray tasks (:mod:`specaudit.engine.executors`).
+BACKENDS = ("local", "ray")
+#: Goodness-of-fit statistics (:func:`specaudit.stats.gof.goodness_of_fit`).
+METHODS = ("pearson", "g")
+
+
+def default_suspect_level(alpha: float) -> float:
+    """Return the default suspect level: 100 x alpha, at most 0.5."""
+    return min(100.0 * alpha, 0.5)
+
+
+def parse_shard(shard: tuple[int, int] | str | None) -> tuple[int, int] | None:
+    """Return a shard as ``(i, n)``, parsing ``"i/n"`` (0 <= i < n); None stays None."""
+    if not isinstance(shard, str):
+        return None if shard is None else (int(shard[0]), int(shard[1]))
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {shard}: expected i/n with integers, e.g. 0/2") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise UsageError(f"--shard {shard}: allowed 0 <= i < n, e.g. 0/2 and 1/2")
+    return i, n
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything a run is asked to do besides which target and scenarios; validated when built.
+
+    Attributes
+    ----------
+    alpha : float
+        Family-wise error rate over every statistical check of the run (Holm).
+    seed : int or None
+        Run seed; each scenario's seed is derived from it and the scenario's content (None: every
+        scenario uses its own ``seed``).
+    samples : int or None
+        Sequences per scenario, overriding the scenarios'.
+    method : {"pearson", "g"}
+        Goodness-of-fit statistic.
+    gate_efficiency : bool
+        Whether tokens/step and accept-length failures fail the run.
+    contract : {"probs", "logits"}
+        How the target is called.
+    timeout : float or None
+        Seconds one verifier call may take (None or 0: no limit).
+    max_memory : int or None
+        Bytes the simulator's batch may use (None: ``specaudit.simulate.chain.DEFAULT_MAX_MEMORY``).
+    jobs : int
+        Processes the blocks run in.
+    backend : {"local", "ray"}
+        Where the blocks run.
+    address : str or None
+        The Ray cluster to join.
+    suspect_level : float or None
+        Holm p-values in (alpha, suspect_level] are SUSPECT and re-run (None: 100 x alpha, at most 0.5).
+    power : bool
+        Annotate every scenario with its sensitivity and power (:mod:`specaudit.analysis.power`).
+    diagnose : bool
+        Rank the zoo mutants for every failing scenario (:mod:`specaudit.analysis.diagnose`).
+    early_stop : bool
+        Sequential looks after 1, 2, 4, ... blocks (:mod:`specaudit.stats.sequential`).
+    shard : (int, int) or None
+        ``(i, n)``: run only blocks ``b = i mod n`` and keep their tallies for ``specaudit merge``.
+    adapter : str or None
+        The adapter that drives the target (:mod:`specaudit.adapters`).
+    adapter_options : mapping or None
+        The adapter's options.
+    """
+
+    alpha: float = DEFAULT_ALPHA
+    seed: int | None = None
+    samples: int | None = None
+    method: str = "pearson"
+    gate_efficiency: bool = True
+    contract: str = "probs"
+    timeout: float | None = DEFAULT_TIMEOUT
+    max_memory: int | None = None
+    jobs: int = 1
+    backend: str = "local"
+    address: str | None = None
+    suspect_level: float | None = None
+    power: bool = True
+    diagnose: bool = True
+    early_stop: bool = False
+    shard: tuple[int, int] | None = None
+    adapter: str | None = None
+    adapter_options: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        """Raise UsageError for a setting out of its range (the messages name the setting and what is allowed)."""
+        check_level("alpha", self.alpha)
+        if self.suspect_level is not None and not 0 <= self.suspect_level < 1:
+            raise UsageError(f"suspect_level = {self.suspect_level}; allowed: 0 <= suspect_level < 1 (<= alpha: no re-runs)")
+        if self.method not in METHODS:
+            raise UsageError(f"method = {self.method!r}; allowed: 'pearson', 'g'")
+        if self.samples is not None and self.samples < 1:
+            raise UsageError(f"samples = {self.samples}; allowed: >= 1")
+        if self.timeout is not None and not self.timeout >= 0:
+            raise UsageError(f"timeout = {self.timeout}; allowed: seconds >= 0 (0 or None: no limit)")
+        if self.shard is not None and self.early_stop:
+            raise UsageError("early stop needs every block in order; it cannot be combined with --shard")
+        if self.jobs < 1:
+            raise UsageError(f"jobs = {self.jobs}; allowed: >= 1")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"backend = {self.backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+
+    @property
+    def suspect(self) -> float:
+        """Return the run's suspect level (0 in a shard: its verdicts are provisional, `specaudit merge` settles them)."""
+        if self.shard is not None:
+            return 0.0
+        return default_suspect_level(self.alpha) if self.suspect_level is None else self.suspect_level
+
+    @property
+    def holm_suspect(self) -> float | None:
+        """Return the level up to which Holm marks a check SUSPECT, or None when the run has no re-runs."""
+        return self.suspect if self.suspect > self.alpha else None
+
+    def stop_level(self, scenarios: int) -> float | None:
+        """Return the early-stop level of a run of ``scenarios`` scenarios (None without early stop).
+
+        The level is alpha / M, M bounding the run's Holm family (`specaudit.stats.sequential`):
+        every scenario, exact-mode ones included (their probes add p-values to the family), holds
+        at most one p-value per registered check, and Holm rejects any p <= alpha / M.
+        """
+        if not self.early_stop:
+            return None
+        return sequential.stop_level(self.alpha, scenarios * len(statistical_checks()))
+
+    def record(self, adapter: str | None = None) -> dict[str, Any]:
+        """Return the settings a RunResult records (and `specaudit merge` compares); ``adapter``: how the target was driven."""
+        shard = self.shard
+        return {"method": self.method, "gate_efficiency": self.gate_efficiency, "samples": self.samples,
+                "contract": self.contract, "timeout": self.timeout,
+                **({} if not self.early_stop else {"early_stop": True}),
+                **({} if shard is None else {"shard": {"index": shard[0], "count": shard[1]},
+                                             "suspect_level": self.suspect_level, "power": self.power,
+                                             "diagnose": self.diagnose}),
+                **({} if adapter is None else {"adapter": adapter})}
+
+    @classmethod
+    def from_record(cls, doc: Mapping[str, Any]) -> RunSettings:
+        """Return the settings of a results document (alpha, seed and what :meth:`record` wrote)."""
+        recorded = doc.get("settings", {})
+        shard = recorded.get("shard")
+        return cls(
+            alpha=doc["alpha"],
+            seed=doc.get("seed"),
+            samples=recorded.get("samples"),
+            method=recorded.get("method", "pearson"),
+            gate_efficiency=recorded.get("gate_efficiency", True),
+            contract=recorded.get("contract", "probs"),
+            timeout=recorded.get("timeout", DEFAULT_TIMEOUT),
+            suspect_level=recorded.get("suspect_level"),
+            power=recorded.get("power", True),
+            diagnose=recorded.get("diagnose", True),
+            early_stop=recorded.get("early_stop", False),
+            shard=None if not shard else (int(shard["index"]), int(shard["count"])),
+        )
+
+
+def adapter_of(doc: Mapping[str, Any]) -> str | None:
+    """Return how a results document's run drove its target (the label :meth:`RunSettings.record` wrote), or None."""
+    return doc.get("settings", {}).get("adapter")

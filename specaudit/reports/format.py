@@ -1,0 +1,62 @@
+"""Number formatting shared by every reporter: p-values, p-value clauses and compact numbers.
+
+The terminal table, the HTML page, the GitHub summary and the pytest assertion message all show
+the same p-values, so they format them here, once: three significant digits, and ``<1e-300``
+for a p-value that underflowed to exactly 0 (a double cannot hold a smaller tail, so "0" would
+claim more than was computed). Other numbers use :func:`number` (thousands separators for
+counts, scientific notation only for very large or very small values).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["FLOOR", "number", "optional", "pvalue", "pvalue_clause"]
+
+#: Shown, after ``<``, for a p-value of exactly 0.
+FLOOR = "1e-300"
+
+
+def pvalue(p: Any, missing: str = "") -> str:
+    """Format a p-value with 3 significant digits ('<1e-300' for 0, ``missing`` for None)."""
+    if p is None:
+        return missing
+    p = float(p)
+    if p == 0:
+        return f"<{FLOOR}"
+    return f"{p:.3g}"
+
+
+def pvalue_clause(p: Any, name: str = "p", missing: str | None = None, spaced: bool = False) -> str:
+    """Format 'p = 0.03', or 'p <1e-300' for 0 ('p < 1e-300' when ``spaced``); None gives 'p ``missing``'."""
+    if p is None and missing is not None:
+        return f"{name} {missing}"
+    text = pvalue(p)
+    if text.startswith("<"):
+        return f"{name} < {FLOOR}" if spaced else f"{name} {text}"
+    return f"{name} = {text}"
+
+
+def optional(x: Any, spec: str = ".3g") -> str:
+    """Format ``x`` with ``spec``, or '' for None."""
+    if x is None:
+        return ""
+    return format(x, spec)
+
+
+def number(x: Any, digits: int = 4) -> str:
+    """Format a number compactly; pass strings and others through."""
+    if isinstance(x, bool) or x is None:
+        return "" if x is None else str(x).lower()
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return str(x)
+        if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
+            return f"{x:.{digits - 1}e}"
+        return f"{x:.{digits}g}"
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(number(v, digits) for v in x) + "]"
+    return str(x)

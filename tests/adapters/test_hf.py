@@ -1,0 +1,101 @@
+"""The real HF transformers ``_speculative_sampling`` through ``--adapter hf`` (alias hf-transformers).
+
+Needs the ``hf`` extra (.ci/run installs it); skipped without it. Batch-1 speed: small samples
+here; the whole HF suite at its shipped sizes is the slow test at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import specaudit
+from specaudit import adapters
+from specaudit.errors import ExitCode
+from specaudit.results import Status
+from specaudit.scenarios.loading import load_scenario
+
+ROOT = Path(__file__).parents[2] / "scenarios"
+
+
+def _sc(*names):
+    return [load_scenario(ROOT / f"{n}.yaml") for n in names]
+
+
+def _hf(**options):
+    from transformers.generation.utils import _speculative_sampling
+
+    return adapters.get("hf").wrap(_speculative_sampling, options)
+
+
+def test_row_mapping_bonus_and_zero_drafts():
+    rng = np.random.default_rng(1)
+    verify = _hf()
+    p_row = np.array([0.5, 0.5, 0.0, 0.0])
+    p = np.tile(p_row, (3, 3, 1))
+    q = p[:, :2].copy()  # p = q: every draft accepted, then the bonus from p[num_draft]
+    p[1, 1] = [0.0, 0.0, 0.0, 1.0]  # row 1 has one draft: its bonus position is 1
+    draft = np.array([[0, 1], [1, 0], [2, 2]])
+    num_draft = np.array([2, 1, 0])  # row 2: no draft, one token from p[2, 0] (never the p = 0 ids)
+    out, n_out = verify(draft, q, p, num_draft, rng)
+    assert n_out.tolist() == [3, 2, 1]
+    assert out[0, :2].tolist() == [0, 1] and out[0, 2] in (0, 1)
+    assert out[1].tolist() == [1, 3, -1]
+    assert out[2, 0] in (0, 1) and out[2, 1:].tolist() == [-1, -1]
+
+
+def test_same_rng_same_output_and_torch_state_untouched():
+    import torch
+
+    rng = np.random.default_rng(2)
+    d = rng.integers(4, size=(50, 3))
+    q = rng.dirichlet(np.ones(4), size=(50, 3))
+    p = rng.dirichlet(np.ones(4), size=(50, 4))
+    nd = rng.integers(4, size=50)
+    before = torch.random.get_rng_state()
+    a = _hf(dtype="float32")(d, q, p, nd, np.random.default_rng(7))
+    b = _hf(dtype="float32")(d, q, p, nd, np.random.default_rng(7))
+    assert np.array_equal(a[0], b[0])
+    assert torch.equal(before, torch.random.get_rng_state())
+
+
+def test_hf_passes_distribution_checks_small():
+    result = specaudit.run("hf-transformers", _sc("hf-ragged-v4", "hf-peaked-v8"), samples=3000, seed=4, diagnose=False)
+    assert result.settings["adapter"] == "hf"
+    assert result.exit_code() == ExitCode.OK, [(s.name, [(c.name, c.pvalue) for c in s.checks]) for s in result.scenarios]
+
+
+def test_ensemble_weight_is_lossy_and_fails_with_tv():
+    from click.testing import CliRunner
+
+    from specaudit.cli import main
+
+    res = CliRunner().invoke(main, ["run", "hf-transformers", "-s", str(ROOT / "hf-markov-v4.yaml"), "--samples", "2000",
+                                    "--seed", "3", "--adapter-arg", "assistant_ensemble_weight=0.5"])
+    assert res.exit_code == int(ExitCode.CHECKS_FAILED), res.output
+    assert "hf(assistant_ensemble_weight=0.5)" in res.output or "failed" in res.output.lower()
+    result = specaudit.run("hf-transformers", _sc("hf-markov-v4"), samples=2000, seed=3, diagnose=False,
+                           adapter_options={"assistant_ensemble_weight": "0.5"})
+    joint = result.scenarios[0].check("joint-law")
+    assert joint.status is Status.FAILED and joint.data["tv"] > 0.3  # w = 0.5 halves the mass moved to p
+    assert "TV = " in joint.summary
+
+
+def test_adversarial_uniforms_reach_hf_and_find_its_boundary_rule():
+    # HF accepts with `r <= p/q`: at r = 0 a draft of target probability 0 is accepted
+    result = specaudit.run("hf-transformers", _sc("corners"), seed=0, diagnose=False)
+    adv = result.scenarios[0].check("adversarial-uniforms")
+    assert adv.status is Status.FAILED, adv.summary  # ran: not "not applicable"
+    assert "has p = 0" in adv.summary
+    assert result.scenarios[0].check("determinism").status is Status.PASSED
+
+
+@pytest.mark.slow
+def test_hf_suite_at_shipped_sizes():
+    result = specaudit.run("hf-transformers", ["tag:hf"], seed=0)
+    assert all(s.status is Status.PASSED for s in result.scenarios), [(s.name, s.status) for s in result.scenarios]

@@ -1,0 +1,109 @@
+"""Every registered gating check has a positive and a negative control, side by side.
+
+One test, parametrised over the check registry (:data:`specaudit.checks.CHECKS`): for each result
+name a gating check emits, a correct verifier must PASS it and a known-broken verifier must FAIL
+it, on the same scenario. A check registered without an entry in :data:`CONTROLS` fails
+``test_every_gating_check_has_controls``, so no check lands without a control that can fail.
+Runs are small (a few thousand sequences) and shared between checks through a cache.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+import specaudit
+from specaudit.checks import CHECKS
+from specaudit.results import Status
+from specaudit.scenarios.loading import parse_scenario
+from specaudit.verifiers.reference import verify as reference
+
+VERIFIERS = Path(__file__).resolve().parent.parent / "verifiers"
+
+#: A large-vocabulary scenario (no joint law): per-prefix and PIT run instead (as tests/scenario_texts.ZIPF_V64).
+ZIPF_V64 = """
+schema: 1
+name: zipf-v64
+tags: [large]
+vocab: 64
+k: 4
+length: 3
+samples: 6000
+target: {kind: zipf, exponent: 1.1, seed: 1}
+draft: {kind: zipf, exponent: 0.8, seed: 1}
+"""
+
+
+def k0_no_token(draft, q, p, num_draft, rng):
+    """Emit no token at all when K = 0 (n_out = 0); the reference otherwise."""
+    if draft.shape[1] == 0:
+        batch = draft.shape[0]
+        return np.full((batch, 1), -1, dtype=np.int64), np.zeros(batch, dtype=np.int64)
+    return reference(draft, q, p, num_draft, rng)
+
+
+class Control(NamedTuple):
+    """Where a check is controlled: a scenario, a verifier that passes, one that fails, the samples."""
+
+    scenario: str
+    good: str
+    bad: str
+    samples: int | None = None
+
+
+def _file(module: str, name: str) -> str:
+    return f"{VERIFIERS / (module + '.py')}:{name}"
+
+
+#: Result name -> its controls. Statistical checks: a zoo mutant or a broken verifier whose bug the
+#: check is the one to see; probes: the broken verifiers of tests/verifiers/exact_broken.py, broken.py.
+CONTROLS: dict[str, Control] = {
+    "joint-law": Control("markov-v4", "reference", "mutant:resample_from_p", 5000),
+    "tokens-per-step": Control("seed-context-free", "reference", "mutant:no_bonus", 20_000),
+    "accept-length": Control("seed-context-free", "reference", "mutant:ignore_drafts", 5000),
+    "greedy-equality": Control("greedy-ties", "reference-greedy", _file("exact_broken", "greedy_tie_last"), 3000),
+    "per-prefix": Control("zipf-v64", "reference", "mutant:lenient"),
+    "pit": Control("zipf-v64", "reference", "mutant:lenient"),
+    "corner-empty-batch": Control("corners", "reference", _file("exact_broken", "empty_batch_wrong_shape")),
+    "corner-k0": Control("corners", "reference", "k0_no_token"),
+    "corner-zero-drafts": Control("corners", "reference", _file("exact_broken", "zero_drafts_from_next")),
+    "corner-p-equals-q": Control("corners", "reference", _file("exact_broken", "float32_ratio")),
+    "corner-one-hot": Control("corners", "reference", _file("exact_broken", "swapped_residual")),
+    "corner-one-hot-run": Control("corners", "reference", "mutant:ignore_drafts"),
+    "corner-greedy-drafter": Control("corners", "reference", "mutant:resample_from_p"),
+    "determinism": Control("corners", "reference", _file("exact_broken", "ignores_seed")),
+    "padding-independence": Control("corners", "reference", "mutant:bonus_from_last"),
+    "adversarial-uniforms": Control("corners", "reference", "mutant:leq_ratio"),
+    "inputs-unmodified": Control("corners", "reference", _file("exact_broken", "mutates_p")),
+    "contract-clauses": Control("corners", "reference", _file("broken", "id_equals_vocab")),
+}
+
+#: Every result name a gating check of the registry emits, in registry order.
+GATING = [name for check in CHECKS.values() if check.gate for name in check.results]
+
+
+@functools.cache
+def _run(target: str, scenario: str, samples: int | None) -> specaudit.RunResult:
+    """Run one small scenario (cached: controls share runs)."""
+    spec = parse_scenario(ZIPF_V64, "zipf-v64.yaml") if scenario == "zipf-v64" else scenario
+    verify = k0_no_token if target == "k0_no_token" else target
+    return specaudit.run(verify, [spec], samples=samples, seed=1, diagnose=False, power=False)
+
+
+def test_every_gating_check_has_controls():
+    missing = [name for name in GATING if name not in CONTROLS]
+    assert not missing, f"register a positive and a negative control for {missing} in CONTROLS"
+    assert set(CONTROLS) == set(GATING), set(CONTROLS) - set(GATING)
+
+
+@pytest.mark.parametrize("name", GATING)
+def test_reference_passes_and_the_mutant_fails(name):
+    control = CONTROLS[name]
+    good = _run(control.good, control.scenario, control.samples).scenarios[0].check(name)
+    bad = _run(control.bad, control.scenario, control.samples).scenarios[0].check(name)
+    assert good is not None and good.status is Status.PASSED, good
+    assert bad is not None and bad.status is Status.FAILED and bad.gate, bad

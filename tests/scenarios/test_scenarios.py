@@ -1,0 +1,115 @@
+"""Scenarios: schema validation messages with file:line, loading files, the shipped catalogue, the JSON schema."""
+
+import json
+
+import numpy as np
+import pytest
+
+from specaudit import scenarios
+from specaudit.errors import ScenarioError, UsageError
+from specaudit.scenarios.catalogue import default_suite, json_schema, resolve, shipped
+from specaudit.scenarios.loading import load_scenario, parse_scenario
+from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
+
+GOOD = """\
+name: t
+vocab: 3
+k: 2
+length: 2
+samples: 100
+target:
+  kind: markov
+  matrix:
+    - [0.2, 0.3, 0.5]
+    - [1.0, 0.0, 0.0]
+    - [0.3, 0.3, 0.4]
+draft:
+  kind: dirichlet
+  concentration: 0.5
+"""
+
+
+def test_good_scenario_builds_chains():
+    sc = parse_scenario(GOOD, "good.yaml").spec
+    target, draft = sc.chains()
+    assert target.dist.shape == (3, 3) and draft.dist.shape == (3, 3)
+    np.testing.assert_allclose(draft.dist.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(sc.draft_law, [0, 0, 1])
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (("concentration: 0.5", "concentraton: 0.5"), r"bad\.yaml:14: draft\.concentraton: unknown key .*did you mean 'concentration'"),
+        (("- [1.0, 0.0, 0.0]", "- [0.9, 0.0, 0.0]"), r"bad\.yaml:10: target\.matrix\[1\]: row 1 sums to 0\.9; it must sum to 1 within 1e-06"),
+        (("k: 2", "k: two"), r"bad\.yaml:3: k: Input should be a valid integer \(got 'two'\)"),
+        (("vocab: 3", "vocab: 1"), r"bad\.yaml:2: vocab: Input should be greater than or equal to 2"),
+        (("kind: dirichlet", "kind: dirichlett"), r"bad\.yaml:13: draft\.kind: unknown kind 'dirichlett'.*did you mean 'dirichlet'"),
+        (("samples: 100", "samples: 100\ndrafts: 5"), r"drafts: drafts = 5 exceeds k = 2; allowed: 0\.\.2"),
+        (("samples: 100", "samples: 100\ndrafts: [0.5, 0.5]"), r"drafts weights need k \+ 1 = 3 entries"),
+        (("name: t", "name: t\nfoo: 1"), r"bad\.yaml:2: foo: unknown key 'foo'; allowed: schema, name"),
+        (("length: 2", "length: [2"), r"bad\.yaml:\d+: malformed YAML"),
+    ],
+)
+def test_validation_messages_name_file_line_key(edit, match):
+    with pytest.raises(ScenarioError, match=match):
+        parse_scenario(GOOD.replace(*edit), "bad.yaml")
+
+
+def test_matrix_shape_must_match_vocab():
+    with pytest.raises(ScenarioError, match=r"target\.matrix must be 4 x 4"):
+        parse_scenario(GOOD.replace("vocab: 3", "vocab: 4"), "x.yaml")
+
+
+def test_shipped_scenarios_are_valid_and_default_suite_complete():
+    names = {s.name for s in shipped()}
+    assert {"seed-context-free", "markov-v4", "ragged-v4", "peaked-v8", "one-hot", "p-equals-q",
+            "zero-drafts", "greedy-drafter"} <= names
+    for s in shipped():
+        assert s.spec.joint_cells <= MAX_JOINT_CELLS or s.spec.lazy  # lazy (zipf): per-prefix + PIT
+
+
+def test_resolve_suggests_close_names():
+    with pytest.raises(UsageError, match="did you mean 'markov-v4'"):
+        resolve(["markov-v5"])
+
+
+def test_dirichlet_support_makes_partly_disjoint_rows():
+    sc = resolve(["peaked-v8"])[0].spec
+    target, draft = sc.chains()
+    assert ((target.dist > 0).sum(axis=1) == 5).all()
+    only_q = (draft.dist > 0) & (target.dist == 0)
+    only_p = (target.dist > 0) & (draft.dist == 0)
+    assert only_q.any() and only_p.any()
+
+
+def test_json_schema_is_valid_json_with_kinds():
+    schema = json.loads(json.dumps(json_schema()))
+    text = json.dumps(schema)
+    for kind in ("context_free", "markov", "dirichlet", "one_hot", "same_as_target", "greedy"):
+        assert kind in text
+
+
+def test_load_scenario_reads_files_and_names_unreadable_ones(tmp_path):
+    path = tmp_path / "good.yaml"
+    path.write_text(GOOD)
+    loaded = load_scenario(path)
+    assert (loaded.name, loaded.path, loaded.line) == ("t", str(path), 1)
+    with pytest.raises(ScenarioError, match=r"missing\.yaml: cannot read scenario file"):
+        load_scenario(tmp_path / "missing.yaml")
+
+
+def test_resolve_takes_names_tags_and_paths(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(GOOD)
+    assert [s.name for s in resolve(["markov-v4", str(path)])] == ["markov-v4", "t"]
+    tagged = resolve(["tag:default"])
+    assert tagged and [s.name for s in tagged] == [s.name for s in default_suite()]
+    assert resolve(["tag:no-such-tag"]) == []
+
+
+def test_package_reexports_the_three_modules():
+    # `specaudit.scenarios` was one module before the folder split: its names still import from it
+    assert scenarios.load_scenario is load_scenario and scenarios.parse_scenario is parse_scenario
+    assert scenarios.resolve is resolve and scenarios.json_schema is json_schema
+    assert scenarios.Scenario is Scenario and scenarios.MAX_JOINT_CELLS == MAX_JOINT_CELLS
