@@ -40,6 +40,7 @@ BUILTIN.register("hf", "specaudit.adapters.hf:ADAPTER")
 BUILTIN.register("vllm", "specaudit.adapters.vllm:ADAPTER")
 BUILTIN.register("flashinfer", "specaudit.adapters.flashinfer:ADAPTER")
 BUILTIN.register("sglang_tree", "specaudit.adapters.sglang_tree:ADAPTER")  # the tree contract
+BUILTIN.register("per-row", "specaudit.adapters.per_row:ADAPTER")  # batch-1 targets, row by row
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -55,6 +56,13 @@ def parse_bool(value: Any) -> bool:
     if text in _FALSE:
         return False
     raise ValueError(f"expected true or false, got {value!r}")
+
+
+def optional_bool(value: Any) -> bool | None:
+    """Parse a boolean option where 'none' (or 'auto') means unset."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in {"", "none", "null", "auto"}):
+        return None
+    return parse_bool(value)
 
 
 def optional_float(value: Any) -> float | None:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter, Option, parse_bool
-from specaudit.adapters.randomness import torch_source
+from specaudit.adapters.randomness import routed
 from specaudit.errors import ContractError
 
 PLACEHOLDER = -1
@@ -78,7 +78,7 @@ def build(
         base_emitted = (np.arange(batch) % 7 + 2).astype(np.int32)
         # float32 draws, as the kernel takes them: a float64 1 - 2**-53 would round up to 1.0
         uniforms = rng.random((batch, k + 1), dtype=np.float32) if takes_uniforms else None
-        with torch.inference_mode(), torch_source(rng) as seed:
+        with torch.inference_mode(), routed(rng, device) as seed:
             dp = to_torch(arrays["draft_probs"], device, fdt)
             ids = to_torch(arrays["draft_token_ids"], device)
             tp = to_torch(arrays["target_probs"], device, fdt)

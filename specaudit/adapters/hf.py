@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter, Option, optional_float
-from specaudit.adapters.randomness import torch_global_rng
+from specaudit.adapters.randomness import routed
 from specaudit.errors import ContractError
 
 
@@ -80,7 +80,7 @@ def build(
         with np.errstate(divide="ignore"):
             log_q, log_p = np.log(q), np.log(p)
         nd = np.asarray(num_draft).tolist()
-        with torch.inference_mode(), _threads(threads), torch_global_rng(rng, device):
+        with torch.inference_mode(), _threads(threads), routed(rng, device):
             ids = torch.from_numpy(np.ascontiguousarray(draft, dtype=np.int64)).to(device)
             cand = torch.from_numpy(log_q).to(device=device, dtype=fdt)
             new = torch.from_numpy(log_p).to(device=device, dtype=fdt)

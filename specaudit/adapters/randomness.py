@@ -1,27 +1,51 @@
-"""Random sources for torch-based targets: seeded from the harness rng, or scripted.
+"""Random sources: route every global random source to the run's rng for one call (:func:`routed`).
 
-A torch verifier draws from torch (the global generator, a ``torch.Generator`` it is handed,
-``torch.rand_like``, ``torch.multinomial``), not from the numpy ``rng`` the harness passes. For
-an ordinary rng the adapter seeds torch from it on every call, so a run is reproducible from its
-seed. For a *scripted* rng (the adversarial-uniform check hands the verifier a Generator-like
-object whose draws are chosen, e.g. 0.0 and 1 - 2**-53) the adapter substitutes torch's draw
+The harness hands a verifier one numpy ``rng``; code under test often draws from somewhere else:
+torch (the global generator, a ``torch.Generator`` it is handed, ``torch.rand_like``,
+``torch.multinomial``), numpy's legacy global RNG (``np.random.random``, ``np.random.rand``,
+``np.random.uniform``, ``np.random.choice``...) or Python's ``random``. :func:`routed` routes all
+three to ``rng`` for the duration of a call, so a wrapper is one line::
+
+    def verify(draft, q, p, num_draft, rng):
+        with specaudit.adapters.randomness.routed(rng):
+            return my_verifier(draft, q, p, num_draft)
+
+Every built-in adapter uses it. For an ordinary rng it draws one 63-bit seed from ``rng`` and
+seeds torch's global generator (torch only when already imported), numpy's legacy global RNG and
+Python's ``random`` from it, restoring their states after the call, so a run is reproducible from
+its seed and the caller's global state is left alone; it yields the seed for an explicit
+``torch.Generator``. For a *scripted* rng (the adversarial-uniform probe hands the verifier a
+Generator-like object whose draws are chosen, 0.0 and 1 - 2**-53) it substitutes the draw
 functions for the duration of the call, so the chosen values reach the framework's own code:
 
-- ``torch.rand``, ``torch.rand_like`` and ``Tensor.uniform_`` return the scripted uniforms
+- torch: ``torch.rand``, ``torch.rand_like`` and ``Tensor.uniform_`` return the scripted uniforms
   (rounded *down* into [0, 1) of the tensor's dtype: a float32 generator never returns 1);
-- ``Tensor.exponential_`` returns ``-log(1 - u) / lambd`` (inverse CDF of the exponential);
-- ``torch.multinomial`` / ``Tensor.multinomial`` (and so ``torch.distributions.Categorical``)
+  ``Tensor.exponential_`` returns ``-log(1 - u) / lambd`` (inverse CDF of the exponential);
+  ``torch.multinomial`` / ``Tensor.multinomial`` (and so ``torch.distributions.Categorical``)
   draw by inverse CDF on the given weights at one scripted uniform per sample: the smallest index
   whose cumulative weight exceeds ``u * total``, never an index of weight 0. This models what a
   correct sampler returns at extreme uniforms; it replaces torch's own sampling algorithm (an
-  exponential race), so a scripted check tests the caller, not torch's kernel.
+  exponential race), so a scripted check tests the caller, not torch's kernel. Any
+  ``generator=`` argument is ignored while scripted: every draw comes from the script.
+- numpy's legacy global RNG: ``np.random.random`` (``random_sample``, ``sample``, ``ranf``),
+  ``rand``, ``uniform``, ``choice``, ``randint``, ``exponential``, ``standard_exponential`` call
+  the scripted rng's methods of the same meaning.
+- Python's ``random``: ``random.random`` and everything the module's shared instance derives from
+  it (``uniform``, ``choices``, ...) take scripted uniforms; ``randint``, ``randrange``,
+  ``choice`` and ``shuffle`` take ``floor(u * n)``.
 
-Any ``generator=`` argument is ignored while scripted: every draw comes from the script.
+What cannot be routed: a generator the verifier builds itself (``np.random.default_rng(0)``,
+``random.Random()``, a ``torch.Generator`` with its own seed) and a function imported by name
+before the call (``from numpy.random import rand``). The determinism probe names the first two;
+the adversarial probe reports "not applicable" when the scripted uniforms do not reach the
+acceptance step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random as _pyrandom
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,8 +172,8 @@ def scripted_torch(rng: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def torch_global_rng(rng: Any, device: str = "cpu") -> Iterator[None]:
-    """Seed torch's global generator from ``rng`` (or script it) for one call; restore it after."""
+def _torch_global(rng: Any, seed: int, device: str = "cpu") -> Iterator[None]:
+    """Seed torch's global generator with ``seed`` (or script it) for one call; restore it after."""
     import torch
 
     devices = [torch.device(device).index or 0] if str(device).startswith("cuda") else []
@@ -158,8 +182,117 @@ def torch_global_rng(rng: Any, device: str = "cpu") -> Iterator[None]:
             with scripted_torch(rng):
                 yield
         else:
-            torch.manual_seed(seed_from(rng))
+            torch.manual_seed(seed)
             yield
+
+
+@contextlib.contextmanager
+def torch_global_rng(rng: Any, device: str = "cpu") -> Iterator[None]:
+    """Seed torch's global generator from ``rng`` (or script it) for one call; restore it after."""
+    with _torch_global(rng, seed_from(rng), device):
+        yield
+
+
+def _derived(seed: int, words: int) -> np.ndarray:
+    """Return ``words`` uint32 words derived from ``seed`` (one seed, independent streams)."""
+    return np.random.SeedSequence(seed).generate_state(words, dtype=np.uint32)
+
+
+#: numpy's legacy global-RNG functions routed under a scripted rng: name -> (rng, *args) -> value.
+_NUMPY_SCRIPTED: dict[str, Any] = {
+    "random": lambda r, size=None: r.random(size),
+    "random_sample": lambda r, size=None: r.random(size),
+    "sample": lambda r, size=None: r.random(size),
+    "ranf": lambda r, size=None: r.random(size),
+    "rand": lambda r, *shape: r.random(shape if shape else None),
+    "uniform": lambda r, low=0.0, high=1.0, size=None: r.uniform(low, high, size),
+    "choice": lambda r, a, size=None, replace=True, p=None: r.choice(a, size, replace, p),
+    "randint": lambda r, low, high=None, size=None, dtype=int: r.integers(low, high, size, dtype=dtype),
+    "exponential": lambda r, scale=1.0, size=None: r.exponential(scale, size),
+    "standard_exponential": lambda r, size=None: r.standard_exponential(size),
+}
+
+
+@contextlib.contextmanager
+def _numpy_global(rng: Any, seed: int) -> Iterator[None]:
+    """Seed numpy's legacy global RNG from ``seed`` (and script its uniforms); restore its state after."""
+    state = np.random.get_state()
+    patched: list[tuple[Any, str, Any]] = []
+    try:
+        np.random.seed(_derived(seed, 4))
+        if is_scripted(rng):
+            for module in (np.random, np.random.mtrand):
+                for name, fn in _NUMPY_SCRIPTED.items():
+                    if hasattr(module, name):
+                        patched.append((module, name, getattr(module, name)))
+                        setattr(module, name, lambda *a, _fn=fn, **kw: _fn(rng, *a, **kw))
+        yield
+    finally:
+        for module, name, fn in reversed(patched):
+            setattr(module, name, fn)
+        np.random.set_state(state)
+
+
+@contextlib.contextmanager
+def _python_random(rng: Any, seed: int) -> Iterator[None]:
+    """Seed Python's ``random`` from ``seed`` (and script its uniforms); restore its state after."""
+    inst = _pyrandom._inst  # the instance behind the module-level functions
+    state = inst.getstate()
+    module_random = _pyrandom.random
+    scripted = is_scripted(rng)
+    try:
+        inst.seed(int(_derived(seed, 2).view(np.uint64)[0]))
+        if scripted:
+            def coin() -> float:
+                return float(rng.random())
+
+            def below(n: int) -> int:
+                return min(int(coin() * n), n - 1)
+
+            # instance attributes shadow the methods: uniform, choices, randint... call self.random/_randbelow
+            inst.random = coin  # type: ignore[method-assign]
+            inst._randbelow = below  # type: ignore[attr-defined]
+            _pyrandom.random = coin
+        yield
+    finally:
+        if scripted:
+            for name in ("random", "_randbelow"):
+                inst.__dict__.pop(name, None)
+            _pyrandom.random = module_random
+        inst.setstate(state)
+
+
+@contextlib.contextmanager
+def routed(rng: Any, device: str = "cpu") -> Iterator[int]:
+    """Route torch's, numpy's legacy and Python's global random sources to ``rng`` for one call.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The generator the harness passed to the verifier (or a scripted one: its uniforms reach
+        every routed draw).
+    device : str
+        torch device whose generator is forked and seeded (``"cuda:0"``); torch is routed only
+        when it is already imported.
+
+    Yields
+    ------
+    int
+        A 63-bit seed drawn once from ``rng`` (0 when scripted), for an explicit generator such
+        as ``torch.Generator().manual_seed(seed)``.
+
+    Notes
+    -----
+    Every state is restored when the block ends. A generator the verifier builds itself is not
+    routed (the determinism probe names it).
+    """
+    seed = seed_from(rng)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_numpy_global(rng, seed))
+        stack.enter_context(_python_random(rng, seed))
+        if "torch" in sys.modules:
+            stack.enter_context(_torch_global(rng, seed, device))
+        yield seed
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import Adapter, Option
+from specaudit.adapters.randomness import routed
 from specaudit.contract.tree import tree_contract
 from specaudit.errors import ContractError
 
@@ -114,12 +115,14 @@ def build(
             import torch
 
             moved = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in args.items()}
-            target(**moved, threshold_single=threshold_single, threshold_acc=threshold_acc, deterministic=True)
+            with routed(rng, device):
+                target(**moved, threshold_single=threshold_single, threshold_acc=threshold_acc, deterministic=True)
             if device != "cpu":
                 torch.cuda.synchronize()
             out = {k: moved[k].cpu().numpy() for k in ("predicts", "accept_index", "accept_token_num")}
         else:
-            target(**args, threshold_single=threshold_single, threshold_acc=threshold_acc, deterministic=True)
+            with routed(rng, device):
+                target(**args, threshold_single=threshold_single, threshold_acc=threshold_acc, deterministic=True)
             out = args
         acc = out["accept_token_num"].astype(np.int64)
         index = out["accept_index"].astype(np.int64)

@@ -4,7 +4,9 @@ The target is called as ``verify(draft, q, p, num_draft, generator)`` with torch
 ``device`` (``draft``/``num_draft`` int64, ``q``/``p`` in ``dtype``) and a ``torch.Generator``
 on that device seeded from the harness rng on every call (so a run is reproducible from its
 seed); it returns ``(out, n_out)`` as tensors (or arrays), which are checked like any verifier's.
-Under a scripted rng every torch draw is scripted instead (:mod:`specaudit.adapters.randomness`).
+The call runs under :func:`specaudit.adapters.randomness.routed`: torch's global generator, numpy's
+legacy global RNG and Python's ``random`` are seeded from the run's rng too, and under a scripted rng
+every such draw is scripted instead.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter
-from specaudit.adapters.randomness import torch_source
+from specaudit.adapters.randomness import routed
 from specaudit.errors import UsageError
 
 
@@ -57,7 +59,7 @@ def build(target: Callable[..., Any], device: str = "cpu", dtype: str = "float64
     fdt = torch_dtype(dtype)
 
     def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
-        with torch.inference_mode(), torch_source(rng) as seed:
+        with torch.inference_mode(), routed(rng, device) as seed:
             generator = torch.Generator(device=device)
             generator.manual_seed(seed)
             result = target(

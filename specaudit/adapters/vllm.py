@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter, Option
-from specaudit.adapters.randomness import is_scripted, torch_source
+from specaudit.adapters.randomness import is_scripted, routed
 from specaudit.chains.sampling import sample_rows
 from specaudit.errors import ContractError
 
@@ -107,7 +107,7 @@ def build(
         bonus = sample_rows(p[np.arange(batch), nd], rng.random(batch)) if batch else np.zeros(0, np.int64)
         max_spec_len = int(nd.max()) if batch else 0
         seeds = [0] * batch if is_scripted(rng) else rng.integers(0, 2**63 - 1, size=batch).tolist()
-        with torch.inference_mode(), torch_source(rng):
+        with torch.inference_mode(), routed(rng, device):
             generators = {i: torch.Generator(device=device).manual_seed(int(s)) for i, s in enumerate(seeds)}
             result = target(
                 to_torch(flat["draft_token_ids"], device),

@@ -138,7 +138,7 @@ def plan(
         if samples is not None:
             out = replace(
                 out,
-                mutant_power=simulated_power(law.probs, probs, samples, level),
+                mutant_power=simulated_power(law.probs, probs, samples, level, law_samples=law.samples),
                 mutant_power_ncx2=power_against(law.probs, probs, samples, level, law_samples=law.samples).power,
             )
     return out

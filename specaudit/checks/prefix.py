@@ -3,7 +3,8 @@
 The joint law of L tokens factorises over the prefix tree: G^2 is additive over nodes and the
 node statistics are independent under the null given the node counts (notes/theory.md). At
 every prefix whose *expected* count ``N P(prefix)`` is large enough, the next-token counts are
-G-tested against the exact conditional law ``p(. | prefix)``, cells merged by expected count
+tested (the run's statistic: Pearson's X^2 by default, G^2 with ``--method g``) against the
+exact conditional law ``p(. | prefix)``, cells merged by expected count
 (:func:`specaudit.stats.gof.merge_groups`); the node p-values are combined with Holm. Which nodes
 are tested depends on the chain and N only, never on what was observed.
 
@@ -102,7 +103,7 @@ class PrefixCounts:
 
 @dataclass(frozen=True)
 class NodeTest:
-    """One prefix node's G-test."""
+    """One prefix node's test (X^2 or G^2)."""
 
     position: int
     prefix: tuple[int, ...]
@@ -117,7 +118,7 @@ class NodeTest:
 
 
 def _node_test(counts: np.ndarray, probs: np.ndarray, planned: float, method: str) -> tuple[float, float, int, int, int, int, float]:
-    """G-test (or X^2) of ``counts`` against ``probs``, groups fixed by the planned expected counts."""
+    """X^2 (or G^2) of ``counts`` against ``probs``, groups fixed by the planned expected counts."""
     n = int(counts.sum())
     group = stats.merge_groups(probs * planned)
     impossible = int(counts[group < 0].sum())
@@ -141,44 +142,42 @@ def _node_test(counts: np.ndarray, probs: np.ndarray, planned: float, method: st
     return statistic, pvalue, n_groups - 1, 0, worst, int(counts[worst]), float(expected[worst])
 
 
-def prefix_tests(target: Any, counts: PrefixCounts, length: int, method: str = "g") -> list[NodeTest]:
-    """Test every prefix node whose expected count reaches NODE_MIN, breadth first.
+@dataclass(frozen=True, eq=False)
+class PlannedNode:
+    """A prefix node the per-prefix check tests, chosen from the chain and N alone."""
 
-    Parameters
-    ----------
-    target : chain
-        The target chain (``probs``, ``advance``, ``start_states``): exact conditional laws.
-    counts : PrefixCounts
-        Observed counts of N sequences.
-    length : int
-        Sequence length L.
-    method : {"g", "pearson"}
-        Node statistic; G^2 by default (additive over the tree).
+    position: int
+    prefix: tuple[int, ...]
+    state: Any
+    hash: int
+    planned: float  # N P(prefix)
+    probs: np.ndarray  # p(. | prefix)
 
-    Returns
-    -------
-    list of NodeTest
-        One per tested node, in breadth-first order.
+    def grouping_total(self) -> float:
+        """Return the total the node's groups are merged for: a lower bound of its count under the null.
 
-    Notes
-    -----
-    Nodes are chosen from ``N P(prefix)`` alone (pre-registered); each node's groups are
-    merged by its planned expected counts; the node is tested conditionally on its observed
-    total. Valid when the groups' expected counts are at least about 5 (Cochran).
+        Under the null the node's count is Binomial-like around ``planned`` with sd <= sqrt(planned);
+        merging for ``planned - 4 sd`` (at least half the plan) keeps every group near its minimum
+        expected count even when the observed total falls short of the plan (issue 15).
+        """
+        return max(self.planned - 4.0 * np.sqrt(self.planned), 0.5 * self.planned)
+
+
+def plan_nodes(target: Any, n_total: int, length: int) -> list[PlannedNode]:
+    """Return the nodes to test: expected count ``N P(prefix)`` >= NODE_MIN, breadth first, at most MAX_NODES.
+
+    The plan depends on the chain and N only, never on what was observed (pre-registered), so the
+    family of node tests is fixed before sampling.
     """
-    n_total = counts.n
-    vocab = int(target.vocab)
-    frontier: list[tuple[tuple[int, ...], Any, int, float]] = [((), target.start_states(1), 0, float(n_total))]  # prefix, state, hash, planned
-    tests: list[NodeTest] = []
+    frontier: list[tuple[tuple[int, ...], Any, int, float]] = [((), target.start_states(1), 0, float(n_total))]
+    nodes: list[PlannedNode] = []
     for t in range(length):
         nxt: list[tuple[tuple[int, ...], Any, int, float]] = []
         for prefix, state, h, planned in frontier:
-            if len(tests) >= MAX_NODES:
+            if len(nodes) >= MAX_NODES:
                 break
             probs = np.asarray(target.probs(state)[0], dtype=np.float64)
-            node = counts.node_counts(t, h, vocab)
-            stat, pv, df, imp, tok, obs, exp = _node_test(node, probs, planned, method)
-            tests.append(NodeTest(t, prefix, stat, pv, df, int(node.sum()), imp, tok, obs, exp))
+            nodes.append(PlannedNode(t, prefix, state, h, planned, probs))
             if t + 1 < length:
                 for x in np.flatnonzero(probs * planned >= NODE_MIN):
                     nxt.append(((*prefix, int(x)), target.advance(state, np.array([x])), 0, planned * float(probs[x])))
@@ -189,11 +188,46 @@ def prefix_tests(target: Any, counts: PrefixCounts, length: int, method: str = "
             nxt = [(p, s, int(hh), e) for (p, s, _, e), hh in zip(nxt, hashes)]
             nxt.sort(key=lambda item: -item[3])
         frontier = nxt
+    return nodes
+
+
+def prefix_tests(target: Any, counts: PrefixCounts, length: int, method: str = "g") -> list[NodeTest]:
+    """Test every planned prefix node (`plan_nodes`), breadth first.
+
+    Parameters
+    ----------
+    target : chain
+        The target chain (``probs``, ``advance``, ``start_states``): exact conditional laws.
+    counts : PrefixCounts
+        Observed counts of N sequences.
+    length : int
+        Sequence length L.
+    method : {"g", "pearson"}
+        Node statistic; the run's ``--method`` (Pearson by default; G^2 is additive over the tree).
+
+    Returns
+    -------
+    list of NodeTest
+        One per tested node, in breadth-first order.
+
+    Notes
+    -----
+    Nodes are chosen from ``N P(prefix)`` alone (pre-registered); each node's groups are
+    merged for a lower bound of its count under the null (`PlannedNode.grouping_total`); the
+    node is tested conditionally on its observed total, its p-value from the statistic's null
+    law at the observed expected counts (`specaudit.stats.gof.null_law`).
+    """
+    tests: list[NodeTest] = []
+    vocab = int(target.vocab)
+    for node in plan_nodes(target, counts.n, length):
+        observed = counts.node_counts(node.position, node.hash, vocab)
+        stat, pv, df, imp, tok, obs, exp = _node_test(observed, node.probs, node.grouping_total(), method)
+        tests.append(NodeTest(node.position, node.prefix, stat, pv, df, int(observed.sum()), imp, tok, obs, exp))
     return tests
 
 
 def per_prefix(m: Any) -> CheckResult | None:
-    """Chain-rule check: G-tests at every well-populated prefix node, combined with Holm."""
+    """Chain-rule check: X^2 (or G^2) tests at every planned prefix node, combined with Holm."""
     counts = m.extra.get("prefix") if hasattr(m, "extra") else None
     if counts is None or counts.n == 0:
         return None

@@ -1,11 +1,15 @@
-"""Exact checks (``mode: exact``): corners, contract clauses, determinism, padding, inputs, adversarial uniforms.
+"""Exact checks: corners, contract clauses, determinism, padding, inputs, adversarial uniforms.
 
 Statistics catch distribution bugs; many real bugs are exact (notes/peers.md) and show on one
 call with the right input. A scenario with ``mode: exact`` (the shipped ``corners`` is in the
-default suite) runs these probes instead of a simulation, on its vocab, k and chains: target
-rows give p, drafter rows give q. Each probe is a handful of small verifier calls; every call
-is validated against the contract (``contract.validate_output``) and its inputs are compared
-with copies taken before the call.
+default suite) runs every probe below instead of a simulation, on its vocab, k and chains:
+target rows give p, drafter rows give q. Every simulated chain scenario also runs
+:data:`SCENARIO_PROBES` with its own chains (:func:`run_scenario_probes`, issue 14): the contract
+probes and the corners its inputs reach, so ``specaudit run X -s markov-v4`` checks determinism
+and input mutation too. Each probe is a handful of small verifier calls; every call is validated
+against the contract (``contract.validate_output``), its inputs are compared with copies taken
+before the call, and whether numpy's legacy global RNG or Python's ``random`` moved during it is
+recorded (the determinism probe names such a source).
 
 =========================  ==========  =====================================================
 check                      category    property
@@ -19,8 +23,10 @@ corner-one-hot-run         efficiency  ... accepted count = run of drafts equal 
 corner-greedy-drafter      efficiency  one-hot q at x -> accept w.p. p(x), residual p without x,
                                        bonus ~ p_next (X^2, p-value under the run's Holm)
 determinism                contract    same seed -> same output; another seed -> another output
+                                       (unless the scenario's output law is degenerate: greedy)
 padding-independence       contract    changing garbage past num_draft changes nothing
-adversarial-uniforms       contract    uniforms 0.0 / 1 - 2**-53: no p = 0 token, no id >= V
+adversarial-uniforms       contract    uniforms 0.0 / 1 - 2**-53: no p = 0 token, no id >= V;
+                                       "not applicable" unless the uniforms reached every row
 inputs-unmodified          contract    draft, q, p, num_draft are never written to
 contract-clauses           contract    every clause of the contract held on every call
 =========================  ==========  =====================================================
@@ -28,12 +34,15 @@ contract-clauses           contract    every clause of the contract held on ever
 The p = q and one-hot corners run with a seeded Generator and with both phases of
 :class:`specaudit.contract.uniforms.ScriptedUniforms`. Efficiency corners hold for the chain rule
 (Leviathan et al. 2023), not for every lossless verifier (sample-and-match accepts less), so
-``--allow-inefficient`` keeps them from gating. A contract breach fails the check that met it,
-naming the clause; a crash or a timeout stops the scenario (ERROR, keeping the checks done).
+``--allow-inefficient`` keeps them from gating. Each probe runs on its own: a contract breach
+fails the check that met it, naming the clause; a crash makes that probe ERROR (with the user's
+traceback in its data) and the others still run; a timeout stops the probes (a hang would hang
+every later one).
 """
 
 from __future__ import annotations
 
+import random as _pyrandom
 import time
 import zlib
 from collections.abc import Callable
@@ -115,11 +124,19 @@ class Prober:
         self.vocab, self.k = spec.vocab, spec.k
         self.samples, self.batch = spec.samples, spec.batch
         self.seed = seed
+        self.greedy = getattr(spec, "mode", "sample") == "greedy"  # temperature 0: the output is the argmax of p
+        # a one-hot drafter (greedy, n-gram): probe rows keep q one-hot at each draft, as the scenario does
+        self.one_hot_q = _one_hot_chain(self.drafter)
         self.calls = self.rows = 0
         self.seconds = 0.0
         self.check = ""  # name of the check now probing
         self.breaches: list[tuple[str, str, str]] = []  # (check, clause, message)
         self.mutations: list[tuple[str, str]] = []  # (check, what changed)
+        # calls during which a global source moved: numpy's legacy RNG, Python's random (determinism names it);
+        # watched only while ``watch`` is set (a snapshot of numpy's legacy state costs ~0.2 ms)
+        self.moved: dict[str, int] = {"numpy": 0, "python": 0}
+        self.watch = False
+        self.deterministic: bool | None = None  # the determinism probe's same-seed verdict, reused by padding
 
     def rng(self, tag: str) -> np.random.Generator:
         """Return a Generator fixed by the scenario seed and ``tag``."""
@@ -128,6 +145,9 @@ class Prober:
     def call(self, inputs: Inputs, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Call the verifier on a copy of ``inputs``; return validated ``(out, n_out)``; record breaches and writes."""
         given = inputs.copy()  # the verifier gets a copy: ``inputs`` stays pristine for the checks
+        watch = self.watch
+        if watch:
+            np_state, py_state = np.random.get_state(legacy=False), _pyrandom.getstate()
         t0 = time.perf_counter()
         try:
             result = self.verify(given.draft, given.q, given.p, given.num_draft, rng)
@@ -135,6 +155,9 @@ class Prober:
             self.seconds += time.perf_counter() - t0
             self.calls += 1
             self.rows += inputs.draft.shape[0]
+            if watch:
+                self.moved["numpy"] += not _same_state(np_state, np.random.get_state(legacy=False))
+                self.moved["python"] += py_state != _pyrandom.getstate()
         change = inputs.first_change(given)
         if change is not None:
             self.mutations.append((self.check, change))
@@ -170,6 +193,30 @@ class Prober:
         pad_p = np.arange(k + 1)[None, :] > nd[:, None]
         p[pad_p] = self.garbage(int(pad_p.sum()), rng)
         return Inputs(draft, q, p, nd)
+
+
+def _one_hot_chain(chain: Any) -> bool:
+    """Return True when every next-token law of a tabular ``chain`` is one-hot (False for a lazy chain)."""
+    n = getattr(chain, "n_states", None)
+    if n is None or n > 1 << 16:
+        return False
+    return bool(np.all(np.max(np.asarray(chain.probs(np.arange(n))), axis=1) == 1.0))
+
+
+def _same_chain(a: Any, b: Any) -> bool:
+    """Return True when two tabular chains give the same next-token law in every state."""
+    if a is b:
+        return True
+    n = getattr(a, "n_states", None)
+    if n is None or n != getattr(b, "n_states", None) or n > 1 << 16:
+        return False
+    return bool(np.array_equal(np.asarray(a.probs(np.arange(n))), np.asarray(b.probs(np.arange(n)))))
+
+
+def _same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Return True when two states of numpy's legacy global RNG are equal."""
+    return bool(a["state"]["pos"] == b["state"]["pos"] and np.array_equal(a["state"]["key"], b["state"]["key"])
+                and a["has_gauss"] == b["has_gauss"])
 
 
 def _emitted(n_out: np.ndarray, width: int) -> np.ndarray:
@@ -367,43 +414,99 @@ def _same(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) ->
     return int(rows[0]) if rows.size else None
 
 
+#: Two seeds may give identical outputs only with at most this probability before the seed clause applies.
+DEGENERATE = 1e-9
+#: Where to route a global source (named by the determinism and adversarial probes).
+ROUTE_HINT = ("draw from the rng argument, or wrap the call in specaudit.adapters.randomness.routed(rng), "
+              "which routes numpy's global RNG, Python's random and torch to it")
+
+
+def _foreign_source(pr: Prober, before: dict[str, int]) -> str:
+    """Name the source other than rng that moved since ``before`` (a snapshot of ``pr.moved``)."""
+    if pr.moved["numpy"] > before["numpy"]:
+        return f"numpy's global RNG (np.random.*) moved during the calls; {ROUTE_HINT}"
+    if pr.moved["python"] > before["python"]:
+        return f"Python's random module moved during the calls; {ROUTE_HINT}"
+    return ("its own generator (a module-level np.random.default_rng() / random.Random() / torch.Generator, or an "
+            "unseeded one made per call); draw from the rng argument instead")
+
+
 def determinism(pr: Prober) -> CheckResult:
-    """Same seed -> identical output; when the verifier draws from rng, another seed -> another output."""
+    """Same seed -> same output; on a non-degenerate output law, another seed -> another output.
+
+    Notes
+    -----
+    The seed clause uses num_draft = 0 rows whose p rows are the scenario's own target rows: a
+    lossless verifier emits one token from p[b, 0] per row, so two independent seeds agree on all
+    rows with probability prod_b sum_x p_b(x)**2 (computed exactly). At or above
+    :data:`DEGENERATE` (a greedy target) only the same-seed clause applies, so deterministic
+    verifiers pass on greedy scenarios. A verifier whose output does not move with the seed is
+    named: not sampling (argmax), a fixed seed restarted per call, or ignoring its draws.
+    """
+    pr.watch = True
+    try:
+        return _determinism(pr)
+    finally:
+        pr.watch = False
+
+
+def _determinism(pr: Prober) -> CheckResult:
     name = "determinism"
     rng = pr.rng("determinism/inputs")
     ragged = pr.standard(rng, PROBE_ROWS)
-    v, k = pr.vocab, pr.k
-    # no drafts, p uniform: every lossless verifier emits one token uniform over V per row, so two
-    # seeds agree on all rows with probability V**-64
-    flat = Inputs(rng.integers(v, size=(PROBE_ROWS, k)), np.full((PROBE_ROWS, k, v), 1.0 / v),
-                  np.full((PROBE_ROWS, k + 1, v), 1.0 / v), np.zeros(PROBE_ROWS, dtype=np.int64))
+    zero = pr.standard(rng, PROBE_ROWS, num_draft=0)
+    collision = float(np.exp(np.log(np.maximum((zero.p[:, 0] ** 2).sum(axis=1), 1e-300)).sum()))
     seeds = [int(s) for s in pr.rng("determinism/seeds").integers(2**32, size=2)]
     drew = False
-    for label, inputs in (("ragged", ragged), ("zero-draft uniform", flat)):
+    before = dict(pr.moved)
+    outputs = {}
+    for label, inputs in (("ragged", ragged), ("zero-draft", zero)):
         g = np.random.default_rng(seeds[0])
-        before = g.bit_generator.state
+        state = g.bit_generator.state
         first = pr.call(inputs.copy(), g)
-        drew |= g.bit_generator.state != before
+        drew |= g.bit_generator.state != state
+        outputs[label] = first
+        if label != "ragged":  # the same-seed clause is tested once, on the ragged rows (probe cost, issue 14)
+            break
         second = pr.call(inputs.copy(), np.random.default_rng(seeds[0]))
         b = _same(first, second)
+        pr.deterministic = b is None
         if b is not None:
             return _result(
                 name, CONTRACT, False,
                 f"same seed {seeds[0]}, same {label} inputs, different outputs: row {b} gave "
-                f"{first[0][b].tolist()} then {second[0][b].tolist()}: the verifier draws from a source other than rng",
-                row=b,
+                f"{first[0][b].tolist()} then {second[0][b].tolist()}: the verifier draws from a source other than "
+                f"rng: {_foreign_source(pr, before)}",
+                row=b, drew=drew, cause="foreign-source",
             )
-    if not drew:
-        return _result(name, CONTRACT, True, "same seed -> identical outputs; the verifier never drew from rng (seed change not testable)", drew=False)
-    other = pr.call(flat.copy(), np.random.default_rng(seeds[1]))
+    if pr.greedy:
+        return _result(name, CONTRACT, True, "same seed -> identical outputs; temperature 0 (mode: greedy): the output "
+                       "is the argmax of p, so another seed must not change it", drew=drew)
+    if collision >= DEGENERATE:
+        return _result(name, CONTRACT, True,
+                       f"same seed -> identical outputs; the scenario's output law is (nearly) degenerate (two seeds agree "
+                       f"with probability {collision:.3g}), so another seed need not give another output", drew=drew)
+    first = outputs["zero-draft"]
+    other = pr.call(zero.copy(), np.random.default_rng(seeds[1]))
     if _same(first, other) is None:
+        top = np.argmax(zero.p[:, 0], axis=1)
+        if not drew and np.array_equal(first[0][:, 0], top):
+            cause, why = "argmax", "it is not sampling at all: every token is the argmax of p (a greedy verifier on a sampling scenario)"
+        elif not drew:
+            cause, why = "fixed-seed", (
+                "it never draws from rng and restarts a fixed seed on every call (a generator seeded with a constant "
+                "inside the call, or np.random.seed / random.seed / torch.manual_seed with a constant)")
+        else:
+            cause, why = "ignores-draws", "it draws from rng but its output does not depend on the draws (vLLM #6038 class)"
         return _result(
             name, CONTRACT, False,
-            f"seeds {seeds[0]} and {seeds[1]} gave identical outputs on {PROBE_ROWS} zero-draft rows whose token is uniform "
-            f"over V = {v} (chance {v}**-{PROBE_ROWS}): the verifier draws from rng but ignores its seed (vLLM #6038 class)",
-            drew=True,
+            f"seeds {seeds[0]} and {seeds[1]} gave identical outputs on {PROBE_ROWS} zero-draft rows of the scenario's "
+            f"target (a lossless sampler agrees with probability {collision:.3g}): {why}",
+            drew=drew, cause=cause,
         )
-    return _result(name, CONTRACT, True, "same seed -> identical outputs; another seed -> different outputs", drew=True)
+    return _result(name, CONTRACT, True,
+                   f"same seed -> identical outputs; another seed -> different outputs (chance of agreeing {collision:.3g})",
+                   drew=drew)
 
 
 def padding_independence(pr: Prober) -> CheckResult:
@@ -425,10 +528,13 @@ def padding_independence(pr: Prober) -> CheckResult:
         return x
 
     seed = int(pr.rng("padding/seed").integers(2**32))
-    low = pr.call(variant(0), np.random.default_rng(seed))
-    again = pr.call(variant(0), np.random.default_rng(seed))
-    if _same(low, again) is not None:
+    if pr.deterministic is False:
         return _skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see determinism)")
+    low = pr.call(variant(0), np.random.default_rng(seed))
+    if pr.deterministic is None:  # determinism did not run first: check the same-seed clause here
+        again = pr.call(variant(0), np.random.default_rng(seed))
+        if _same(low, again) is not None:
+            return _skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see determinism)")
     high = pr.call(variant(v - 1), np.random.default_rng(seed))
     b = _same(low, high)
     if b is not None:
@@ -470,15 +576,28 @@ def adversarial_inputs(pr: Prober) -> Inputs:
             nd = b % (k + 1)
             base.num_draft[b] = nd
             base.p[b, : nd + 1], base.q[b, :nd], base.draft[b, :nd] = thirds, uniform, v - 1
+    if pr.one_hot_q:  # the scenario's drafter is one-hot: so is q at every draft here
+        valid = np.arange(k)[None, :] < base.num_draft[:, None]
+        base.q[valid] = 0.0
+        at, pos = np.nonzero(valid)
+        base.q[at, pos, base.draft[at, pos]] = 1.0
     return base
 
 
 def adversarial_uniforms(pr: Prober) -> CheckResult:
-    """Uniforms 0.0 and 1 - 2**-53 (both phases): no token of probability 0, no id outside [0, V)."""
+    """Uniforms 0.0 and 1 - 2**-53 (both phases): no token of probability 0, no id outside [0, V).
+
+    Reach: a phase counts only when the scripted uniforms the verifier consumed, leaving out those
+    taken through ``integers`` (a wrapper seeding another generator), cover every row with a draft
+    (:attr:`ScriptedUniforms.coins`). Without reach and without a finding the probe is "not
+    applicable", never "passed".
+    """
     name = "adversarial-uniforms"
     inputs = adversarial_inputs(pr)
+    rows = int((inputs.num_draft > 0).sum()) or inputs.draft.shape[0]
     findings: list[str] = []
-    draws, unscripted = 0, False
+    classes: set[str] = set()
+    draws, coins, seeding, unscripted = 0, [], 0, False
     for start in (0, 1):
         src = ScriptedUniforms(start, seed=pr.seed)
         label = "0.0 first" if start == 0 else "1 - 2**-53 first"
@@ -488,25 +607,64 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
             if exc.clause != "vocab-range":
                 raise
             findings.append(f"[vocab-range] ({label}) {exc.detail}")
+            classes.add("vocab-range")
             out = None
         draws += src.draws
+        coins.append(src.coins)
+        seeding += src.counts.get("integers", 0)
         unscripted |= src.unscripted
         if out is not None:
             findings += [f"({label}) {z}" for z in _zero_p_emitted(inputs, out, n_out)]
+            classes |= _zero_p_classes(inputs, out, n_out)
     if findings:
-        return _result(
-            name, CONTRACT, False,
-            f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53 "
-            "(sglang #35771: u <= p/q accepts p = 0 at u = 0; vLLM #20531: id == V at u -> 1)",
-            findings=findings[:20], draws=draws,
-        )
-    if draws == 0:
-        why = ("it drew only through Generator methods that ScriptedUniforms does not script"
-               if unscripted else "the verifier never drew from the rng it was given")
-        return _skipped(name, CONTRACT, f"{why}, so no adversarial uniform reached it; a verifier on a framework RNG needs "
-                        "an adapter that substitutes specaudit.contract.uniforms.ScriptedUniforms for it")
-    return _result(name, CONTRACT, True, f"{draws} scripted uniforms (0.0, 1 - 2**-53) reached the verifier: no token of "
-                   f"probability 0, every id in [0, {pr.vocab}) on {inputs.draft.shape[0]} rows x 2 phases", draws=draws)
+        return _result(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
+                       f"{_boundary_class(classes)}", findings=findings[:20], draws=draws, coins=coins,
+                       classes=sorted(classes))
+    if min(coins) < rows:
+        if draws == 0:
+            why = ("it drew only through Generator methods that ScriptedUniforms does not script"
+                   if unscripted else "the verifier never drew from the rng it was given")
+        else:
+            why = (f"only {min(coins)} scripted uniforms reached it for {rows} rows with a draft"
+                   + (f" ({seeding} taken through rng.integers, as a seed for another generator)" if seeding else "")
+                   + (", the rest drawn through methods ScriptedUniforms does not script" if unscripted else ""))
+        return _skipped(name, CONTRACT, f"{why}, so the adversarial uniforms never reached its acceptance step; wrap "
+                        "the call in specaudit.adapters.randomness.routed(rng) (it routes torch, numpy's global RNG and "
+                        "Python's random to the scripted rng), or substitute specaudit.contract.uniforms.ScriptedUniforms "
+                        "for a framework's own random source")
+    return _result(name, CONTRACT, True, f"{min(coins)}+ scripted uniforms per phase (0.0, 1 - 2**-53) reached the "
+                   f"acceptance step of {rows} rows with a draft: no token of probability 0, every id in [0, {pr.vocab}) "
+                   "x 2 phases", draws=draws, coins=coins)
+
+
+#: Boundary bug classes the adversarial probe tells apart, and how its failure names them.
+BOUNDARY_CLASSES = {
+    "accepts-p0": "an accepted draft has p = 0: `u <= p/q` accepts it at u = 0 (sglang #35771); accept iff u < p/q",
+    "cdf-falloff": "a sampled token is id V - 1 with p = 0: the inverse CDF ran past the last token of positive mass "
+                   "at u -> 1 and fell off to V - 1; clamp to the last index with mass (vLLM #20531 class)",
+    "sampled-p0": "a sampled (replacement or bonus) token has p = 0 at a boundary uniform: the residual or bonus law "
+                  "gives mass to tokens outside p's support",
+    "vocab-range": "an id >= V: the inverse CDF is not clamped at u -> 1 (vLLM #20531)",
+}
+
+
+def _zero_p_classes(inputs: Inputs, out: np.ndarray, n_out: np.ndarray) -> set[str]:
+    """Return the boundary classes of the emitted p = 0 tokens (accepted draft vs sampled token)."""
+    emitted = _emitted(n_out, out.shape[1])
+    tok = np.where(emitted, out, 0)
+    p_tok = np.take_along_axis(inputs.p, tok[..., None], axis=2)[..., 0]
+    found = set()
+    for b, j in zip(*np.nonzero(emitted & (p_tok <= 0))):
+        if j < n_out[b] - 1:  # an accepted draft: every position before the last emitted one
+            found.add("accepts-p0")
+        else:
+            found.add("cdf-falloff" if out[b, j] == inputs.vocab - 1 else "sampled-p0")
+    return found
+
+
+def _boundary_class(classes: set[str]) -> str:
+    """Name the boundary bug classes that fit the findings."""
+    return "; ".join(BOUNDARY_CLASSES[c] for c in sorted(classes)) or "boundary finding"
 
 
 def inputs_unmodified(pr: Prober) -> CheckResult:
@@ -557,32 +715,101 @@ EXACT_CHECKS: list[tuple[str, Category, Callable[[Prober], CheckResult | list[Ch
 ALSO_EMITS: dict[str, tuple[str, ...]] = {"corner-one-hot": ("corner-one-hot-run",)}
 
 
-def run_exact(
-    verify: Callable[..., Any], spec: Any, seed: int, gate_efficiency: bool = True, contract: str = "probs"
-) -> ExactOutcome:
-    """Run every exact probe on ``verify`` (already ``contract.guarded``) with the scenario's vocab, k and chains.
+#: The probes every simulated chain scenario runs with its own chains (``corners`` stays the broad
+#: sweep): the contract probes and the corners the scenario reaches. None carries a p-value.
+SCENARIO_PROBES = (
+    "corner-empty-batch", "corner-zero-drafts", "corner-p-equals-q", "corner-one-hot",
+    "determinism", "padding-independence", "adversarial-uniforms", "inputs-unmodified", "contract-clauses",
+)
 
-    A contract breach fails the probe that met it (the clause is named); a VerifierCrash or
-    VerifierTimeout stops the probes and is returned as ``error`` with the checks done so far.
+
+def _crashed(name: str, category: Category, exc: VerifierCrash) -> CheckResult:
+    """Return the ERROR result of a probe whose verifier call raised (the other probes still run)."""
+    return CheckResult(name, category, Status.ERROR, f"the verifier crashed in this probe: {exc}",
+                       data={"traceback": exc.user_traceback})
+
+
+def _probe_all(pr: Prober, plan: list[tuple[str, Category, Callable[[Prober], Any]]],
+               gate_efficiency: bool) -> tuple[list[CheckResult], BaseException | None]:
+    """Run each probe on its own: a breach fails it, a crash makes it ERROR; a timeout stops the rest.
+
+    When every probe that called the verifier crashed, the first crash is returned as the error:
+    the verifier could not be probed at all.
     """
-    if contract != "probs" or getattr(spec, "algorithm", "chain") != "chain":
-        why = f"contract {contract!r}" if contract != "probs" else f"algorithm {spec.algorithm!r}"
-        return ExactOutcome((_skipped("exact-checks", CONTRACT, f"the exact probes speak the canonical chain contract, not {why}"),))
-    pr = Prober(verify, spec, seed)
     results: list[CheckResult] = []
-    error: BaseException | None = None
-    for name, category, probe in EXACT_CHECKS:
+    crashes: list[VerifierCrash] = []
+    for name, category, probe in plan:
         pr.check = name
         try:
             found = probe(pr)
         except ContractError as exc:
             found = _result(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause)
-        except (VerifierCrash, VerifierTimeout) as exc:
-            error = type(exc)(f"{name}: {exc}", exc.user_traceback)
-            break
+        except VerifierCrash as exc:
+            found = _crashed(name, category, exc)
+            crashes.append(exc)
+        except VerifierTimeout as exc:  # a hang would hang every later probe too
+            return results, VerifierTimeout(f"{name}: {exc}", exc.user_traceback)
         for r in found if isinstance(found, list) else [found]:
             if r.category is Category.EFFICIENCY and not gate_efficiency:
                 r = replace(r, gate=False)
             results.append(r)
+    if crashes and all(r.status is Status.ERROR or r.name == "contract-clauses" for r in results):
+        first = crashes[0]
+        return results, VerifierCrash(f"{results[0].name}: {first}", first.user_traceback)
+    return results, None
+
+
+def _not_chain(spec: Any, contract: str) -> str | None:
+    """Return why the probes do not apply (a non-canonical contract or algorithm), or None."""
+    if contract != "probs":
+        return f"contract {contract!r}"
+    if getattr(spec, "algorithm", "chain") != "chain":
+        return f"algorithm {spec.algorithm!r}"
+    return None
+
+
+def run_exact(
+    verify: Callable[..., Any], spec: Any, seed: int, gate_efficiency: bool = True, contract: str = "probs"
+) -> ExactOutcome:
+    """Run every exact probe on ``verify`` (already ``contract.guarded``) with the scenario's vocab, k and chains.
+
+    Each probe runs on its own: a contract breach fails the probe that met it (the clause is
+    named), a VerifierCrash makes that probe ERROR and the others still run; a VerifierTimeout
+    stops the probes and is returned as ``error`` with the checks done so far, as is the first
+    crash when every probe crashed.
+    """
+    why = _not_chain(spec, contract)
+    if why is not None:
+        return ExactOutcome((_skipped("exact-checks", CONTRACT, f"the exact probes speak the canonical chain contract, not {why}"),))
+    pr = Prober(verify, spec, seed)
+    results, error = _probe_all(pr, EXACT_CHECKS, gate_efficiency)
     info = {"mode": "exact", "rows": pr.rows}
     return ExactOutcome(tuple(results), error, pr.calls, pr.seconds, info)
+
+
+def run_scenario_probes(
+    verify: Callable[..., Any], spec: Any, seed: int, gate_efficiency: bool = True, contract: str = "probs"
+) -> ExactOutcome:
+    """Run :data:`SCENARIO_PROBES` on a simulated chain scenario with its own V, K, p and q rows.
+
+    Returns no checks where the probes do not apply (another contract or algorithm, a lazy
+    scenario). A corner runs where the scenario reaches it: zero drafts when its draft law allows
+    0 drafts, p = q when its drafter is its target (not in greedy mode: the greedy rule accepts a
+    draft iff it is the argmax), the one-hot corner when its target is one-hot.
+    """
+    if _not_chain(spec, contract) is not None or getattr(spec, "lazy", False):
+        return ExactOutcome(())
+    plan = [(n, c, f) for n, c, f in EXACT_CHECKS if n in SCENARIO_PROBES]
+    drop = set()
+    if spec.k == 0 or spec.draft_law[0] == 0:
+        drop.add("corner-zero-drafts")
+    if spec.mode == "greedy":  # the greedy rule accepts a draft iff it is the argmax, p = q or not
+        drop.add("corner-p-equals-q")
+    pr = Prober(verify, spec, seed)
+    if pr.one_hot_q or not _same_chain(pr.target, pr.drafter):  # p = q is a corner of this scenario only if q is p
+        drop.add("corner-p-equals-q")
+    if not _one_hot_chain(pr.target):  # the one-hot corner applies to a one-hot (greedy-processed) target
+        drop.add("corner-one-hot")
+    plan = [entry for entry in plan if entry[0] not in drop]
+    results, error = _probe_all(pr, plan, gate_efficiency)
+    return ExactOutcome(tuple(results), error, pr.calls, pr.seconds, {"rows": pr.rows})

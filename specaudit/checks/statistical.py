@@ -21,6 +21,7 @@ import numpy as np
 from specaudit import laws
 from specaudit.chains.tabular import TabularChain
 from specaudit.laws import chain as exact
+from specaudit.laws import rounds
 from specaudit.laws.tree_block import block_expected_accepted
 from specaudit.results import Category, CheckResult, Status
 from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
@@ -50,6 +51,19 @@ class Measured:
     def horizon(self) -> exact.HorizonLaw:
         """Return the exact finite-horizon round law of the scenario's algorithm (chain, block, tree)."""
         return laws.horizon(self.scenario, self.target, self.draft)
+
+
+#: Appended to the summary of a count check with one possible group: no p-value, no place in Holm's family.
+NOTHING_TO_TEST = "; one possible outcome group: nothing to test beyond impossible outcomes (none seen)"
+
+
+def constant(fit: stats.GoodnessOfFit) -> bool:
+    """Return True when a fit's p-value is 1 whatever was observed (0 df, no impossible outcome).
+
+    Such a check passes without a p-value, so it stays out of the run's Holm family: counting it
+    would make m larger and every other check's level smaller for nothing (issue 15).
+    """
+    return fit.df == 0 and not fit.impossible
 
 
 def _cell_label(index: int, vocab: int, length: int) -> list[int]:
@@ -99,6 +113,8 @@ def joint_law(m: Measured) -> CheckResult | None:
     summary = f"{name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f} (null ~{fit.tv_null:.4f})"
     if fit.impossible:
         summary = f"{fit.impossible} sequences of target probability 0 were emitted; " + summary
+    if constant(fit):
+        return CheckResult("joint-law", Category.DISTRIBUTION, Status.PASSED, summary + NOTHING_TO_TEST, data=data)
     return CheckResult(
         "joint-law", Category.DISTRIBUTION, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
     )
@@ -133,6 +149,15 @@ def tokens_per_step(m: Measured) -> CheckResult | None:
         data["closed_form"] = 1.0 + block_expected_accepted(m.target.dist[0], m.draft.dist[0], k)
         data["chain_closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
         summary += f"; block closed form 1 + E[tau] = {data['closed_form']:.4f} (chain: {data['chain_closed_form']:.4f})"
+    r0, t0, point = rounds.rounds_tokens_law(m.scenario, m.target, m.draft)
+    if point.size == 1:  # one possible (rounds, tokens): an exact check, no p-value, out of Holm's family
+        r, t = float(r0[0]), float(t0[0])
+        want = m.rounds.sequences * np.array([r, t, r * r, t * t, r * t])
+        same = bool(np.allclose(np.asarray(m.rounds.moments, dtype=np.float64), want, rtol=1e-12, atol=0.0))
+        status = Status.PASSED if same else Status.FAILED
+        return CheckResult("tokens-per-step", Category.EFFICIENCY, status,
+                           summary + "; the exact law has one possible (rounds, tokens): "
+                           + ("every sequence matched it" if same else "some sequence did not"), data=data)
     return CheckResult(
         "tokens-per-step", Category.EFFICIENCY, Status.PENDING, summary, test.statistic, test.pvalue, data=data
     )
@@ -156,6 +181,8 @@ def accept_length(m: Measured) -> CheckResult | None:
     summary = f"first-round accepted counts: {name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f}"
     if fit.impossible:
         summary = f"{fit.impossible} rounds accepted a count of probability 0; " + summary
+    if constant(fit):
+        return CheckResult("accept-length", Category.EFFICIENCY, Status.PASSED, summary + NOTHING_TO_TEST, data=data)
     return CheckResult(
         "accept-length", Category.EFFICIENCY, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
     )

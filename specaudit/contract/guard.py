@@ -1,20 +1,33 @@
-"""Calling a verifier safely: its exceptions become VerifierCrash with the user's frames, a call
+"""Calling a verifier safely: anything it raises becomes VerifierCrash with the user's frames, a call
 past ``--timeout`` becomes VerifierTimeout (SIGALRM, re-fired if swallowed).
 
 Every call the harness makes into user code (chain, logits and tree contracts alike) goes through
 `guarded`, so a crash or a hang in a verifier is reported as the verifier's fault, with the user's
 own traceback frames and where a timed-out call was stopped, and never as an internal error.
+Whatever the verifier raises is its own fault, BaseException included: ``sys.exit(0)`` (SystemExit),
+GeneratorExit, and a KeyboardInterrupt it raises itself; only a real SIGINT (the flag
+:func:`user_interrupted`, set by the handler :func:`catch_interrupts` installs) goes through as the
+user's Ctrl-C (issue 13).
+
+What Python cannot catch (``os._exit``, a segfault, a loop that swallows every exception past
+the timeout) is contained one level up, by the supervisor (:mod:`specaudit.engine.supervisor`):
+:func:`watch` gives a process a slot of a shared-memory clock, in which every timed call writes
+its start time (0.0 when it returns), so the supervisor can kill a call that outlives
+``timeout + grace`` without a message per call.
 """
 
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # signal.signal without the enum wrapping of signal.py (~10 us a call)
+import contextlib
+import multiprocessing as mp
+import os
 import re
 import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
@@ -30,6 +43,104 @@ HARNESS = (
     "specaudit/engine/scenario.py",
     "specaudit/checks/probes.py",
 )
+
+
+#: Set by the SIGINT handler of :func:`catch_interrupts`: a KeyboardInterrupt is the user's only then.
+_SIGINT = [False]
+
+#: ``(pid, stamps, slot, board)`` of :func:`watch`: where this process's timed calls write their start time.
+_WATCH: list[Any] = [0, None, 0, None]
+
+
+class Board:
+    """Shared memory a supervisor reads without messages: per slot, the start of the running call and its pid.
+
+    Slot 0 is the supervised process itself; forked block workers (``--jobs N``) claim slots
+    1.. (:func:`claim`). A stamp is ``time.monotonic()`` at the start of a timed call, 0.0 when no
+    call runs; ``monotonic`` is one system-wide clock on Linux, so the parent can read it.
+    """
+
+    def __init__(self, slots: int):
+        ctx = mp.get_context("fork")
+        self.stamps: Any = ctx.Array("d", slots, lock=False)
+        self.pids: Any = ctx.Array("i", slots, lock=False)
+        self.next: Any = ctx.Value("i", 1)
+
+    def reset(self) -> None:
+        """Free the worker slots (a new pool of workers will claim them)."""
+        with self.next.get_lock():
+            self.next.value = 1
+        for slot in range(1, len(self.stamps)):
+            self.stamps[slot] = 0.0
+            self.pids[slot] = 0
+
+
+def board() -> Board | None:
+    """Return the board this process writes to, if it is watched."""
+    return cast("Board | None", _WATCH[3])
+
+
+def claim() -> None:
+    """In a forked worker: take the next free slot of the inherited board (or stop watching if none is free)."""
+    shared = board()
+    if shared is None:
+        return
+    with shared.next.get_lock():
+        slot = shared.next.value
+        shared.next.value += 1
+    watch(shared if slot < len(shared.stamps) else None, slot)
+
+
+def user_interrupted() -> bool:
+    """Return True when a real SIGINT arrived (a KeyboardInterrupt without one is the verifier's)."""
+    return _SIGINT[0]
+
+
+@contextlib.contextmanager
+def catch_interrupts() -> Iterator[None]:
+    """Install a SIGINT handler that marks the interrupt as the user's, then raises KeyboardInterrupt.
+
+    Main thread only (elsewhere a no-op): it lets `guarded` tell the user's Ctrl-C from a
+    KeyboardInterrupt the verifier raises itself.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        _SIGINT[0] = True
+        raise KeyboardInterrupt
+
+    _SIGINT[0] = False
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def watch(shared: Board | None, slot: int = 0) -> None:
+    """Make this process's timed calls write their start time to ``shared.stamps[slot]`` (0.0 when done).
+
+    ``None`` stops watching. A copy of the process made by the verifier (``os.fork`` inside a
+    call) is told apart by its pid and leaves quietly when the call returns.
+    """
+    if shared is None:
+        _WATCH[:] = [0, None, 0, None]
+        return
+    _WATCH[:] = [os.getpid(), shared.stamps, slot, shared]
+    shared.stamps[slot] = 0.0
+    shared.pids[slot] = os.getpid()
+
+
+def describe_exit(exc: BaseException) -> str:
+    """Return what a BaseException that is not an Exception says the verifier did."""
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        return f"the verifier called sys.exit({'' if code is None else repr(code)})"
+    if isinstance(exc, KeyboardInterrupt):
+        return "the verifier raised KeyboardInterrupt itself (no Ctrl-C was pressed)"
+    return f"the verifier raised {type(exc).__name__}: {exc}".rstrip(": ")
 
 
 def _user_frames(exc: BaseException) -> str:
@@ -65,9 +176,13 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
     ``time.sleep`` and Python loops stop at once.
     """
 
-    def crash(exc: Exception) -> VerifierCrash | ContractError:
+    def crash(exc: BaseException) -> VerifierCrash | ContractError:
         if isinstance(exc, ContractError):  # an adapter found a layout breach (specaudit.adapters)
             return exc
+        if isinstance(exc, KeyboardInterrupt) and _SIGINT[0]:  # the user's Ctrl-C: not the verifier's fault
+            raise exc
+        if not isinstance(exc, Exception):  # sys.exit(), GeneratorExit, its own KeyboardInterrupt
+            return VerifierCrash(describe_exit(exc), _user_frames(exc))
         return VerifierCrash(f"the verifier raised {type(exc).__name__}: {exc}", _user_frames(exc))
 
     if timeout is None or timeout <= 0:
@@ -75,7 +190,7 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
         def call(*args: Any) -> Any:  # any contract's arguments (specaudit.contract.logits, .tree)
             try:
                 return verify(*args)
-            except Exception as exc:  # the user's code may raise anything
+            except BaseException as exc:  # the user's code may raise anything, sys.exit included
                 raise crash(exc) from exc
 
         return cast(_Call, call)
@@ -103,16 +218,23 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
         previous = _signal.signal(alarm, on_alarm)
         outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
         t0 = time.monotonic()
+        pid, stamps, slot, _ = _WATCH
+        if stamps is not None:
+            stamps[slot] = t0  # the supervisor kills a call older than timeout + grace
         try:
             try:
                 result = verify(*args)
             finally:
                 armed[0] = False
                 signal.setitimer(signal.ITIMER_REAL, 0)
+                if stamps is not None:
+                    if os.getpid() != pid:  # a copy the verifier forked: it must not run the harness
+                        os._exit(0)
+                    stamps[slot] = 0.0
         except VerifierTimeout as exc:
             raise late(_user_frames(exc)) from None
-        except Exception as exc:  # the user's code may raise anything
-            if fired[0]:  # the verifier caught our timeout and raised something else
+        except BaseException as exc:  # the user's code may raise anything, sys.exit included
+            if fired[0] and not isinstance(exc, KeyboardInterrupt):  # it caught our timeout and raised something else
                 raise late(_user_frames(exc)) from None
             raise crash(exc) from exc
         finally:
@@ -126,7 +248,7 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
     def call_plain(*args: Any) -> Any:
         try:
             return verify(*args)
-        except Exception as exc:  # the user's code may raise anything
+        except BaseException as exc:  # the user's code may raise anything, sys.exit included
             raise crash(exc) from exc
 
     return cast(_Call, timed)

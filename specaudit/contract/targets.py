@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specaudit.contract.guard import user_interrupted
 from specaudit.errors import TargetLoadError, closest
 from specaudit.registry import Registry
 
@@ -114,6 +115,18 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(lines).rstrip()
 
 
+def _raised(what: str, exc: BaseException) -> TargetLoadError:
+    """Return the usage error of a module that raised while importing (a real Ctrl-C is re-raised)."""
+    if isinstance(exc, KeyboardInterrupt) and user_interrupted():
+        raise exc
+    if isinstance(exc, SystemExit):  # sys.exit() at import must not end the run, whatever its code
+        code = "" if exc.code is None else repr(exc.code)
+        did = f"called sys.exit({code})"
+    else:
+        did = f"raised {type(exc).__name__}"
+    return TargetLoadError(f"importing {what} {did}; the error is in your module:\n{_user_traceback(exc)}")
+
+
 def _import_file(path: Path) -> Any:
     name = f"_specaudit_target_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -124,13 +137,9 @@ def _import_file(path: Path) -> Any:
     sys.path.insert(0, str(path.resolve().parent))  # let the file import its siblings
     try:
         spec.loader.exec_module(module)
-    except BaseException as exc:  # anything the user's module raises
+    except BaseException as exc:  # noqa: BLE001 - anything the user's module raises, sys.exit included
         sys.modules.pop(name, None)
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise TargetLoadError(
-            f"importing {path} raised {type(exc).__name__}; the error is in your module:\n{_user_traceback(exc)}"
-        ) from None
+        raise _raised(str(path), exc) from None
     finally:
         sys.path.remove(str(path.resolve().parent))
     return module
@@ -152,12 +161,8 @@ def _import_module(name: str) -> Any:
             f"importing {name!r} raised ModuleNotFoundError for {exc.name!r}; the error is in your module:\n"
             f"{_user_traceback(exc)}"
         ) from None
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise TargetLoadError(
-            f"importing {name!r} raised {type(exc).__name__}; the error is in your module:\n{_user_traceback(exc)}"
-        ) from None
+    except BaseException as exc:  # noqa: BLE001 - anything the user's module raises, sys.exit included
+        raise _raised(repr(name), exc) from None
 
 
 def load_target(spec: str) -> Callable[..., Any]:

@@ -22,7 +22,16 @@ and ``u = 1 - 2**-53`` the last one with positive mass.
 
 Framework adapters (torch, CUDA kernels) that cannot pass this object to the code they call
 substitute it for the framework's random source during the call: :meth:`ScriptedUniforms.next`
-returns the next ``n`` uniforms of the sequence and counts them as drawn.
+returns the next ``n`` uniforms of the sequence and counts them as drawn
+(:func:`specaudit.adapters.randomness.routed` does this for torch, numpy's legacy global RNG
+and Python's ``random``).
+
+Reach
+-----
+``counts`` records the scripted uniforms handed out per method. Uniforms taken through
+``integers`` are what a wrapper draws to *seed* another generator (``torch.manual_seed(int(
+rng.integers(2**62)))``): they never reach an acceptance test, so :attr:`ScriptedUniforms.coins`
+leaves them out; a probe counts a call as reached only when ``coins`` covers its rows.
 
 Any Generator method not scripted here (``normal``, ``gumbel``, ``permutation``...) still works,
 drawing real randomness from a seeded PCG64; such draws are detected (``unscripted``) so a check
@@ -70,6 +79,8 @@ class ScriptedUniforms(np.random.Generator):
         Scripted scalar uniforms handed out so far.
     methods : set of str
         Scripted methods that were called.
+    counts : dict of str to int
+        Scripted uniforms handed out per method (``next`` for direct calls of :meth:`next`).
     """
 
     def __init__(self, start: int = 0, seed: int = 0):
@@ -79,32 +90,45 @@ class ScriptedUniforms(np.random.Generator):
         self.start = start
         self.draws = 0
         self.methods: set[str] = set()
+        self.counts: dict[str, int] = {}
         self._initial_state = self.bit_generator.state
 
     # ---- the sequence ----------------------------------------------------------------------
 
     def next(self, n: int, dtype: Any = np.float64) -> np.ndarray:
         """Return the next ``n`` terms of the sequence as a 1-D array of ``dtype`` (float64 or float32)."""
+        self.methods.add("next")
+        return self._next(n, dtype, "next")
+
+    def _next(self, n: int, dtype: Any, method: str) -> np.ndarray:
+        """Return the next ``n`` terms, counted under ``method``."""
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
             raise TypeError(f"ScriptedUniforms draws float64 or float32 uniforms, not {dtype}")
         high = HIGH if dtype == np.float64 else HIGH32
         idx = self.start + self.draws + np.arange(int(n))
         self.draws += int(n)
+        self.counts[method] = self.counts.get(method, 0) + int(n)
         return np.where(idx % 2 == 0, 0.0, high).astype(dtype)
 
     def _u(self, size: Any, method: str, dtype: Any = np.float64) -> Any:
         """Return uniforms shaped like ``size`` (a scalar for None)."""
         self.methods.add(method)
         if size is None:
-            return self.next(1, dtype)[0].item()
+            return self._next(1, dtype, method)[0].item()
         shape = _shape(size)
-        return self.next(math.prod(shape), dtype).reshape(shape)
+        return self._next(math.prod(shape), dtype, method).reshape(shape)
 
     @property
     def drawn(self) -> bool:
         """Return True when at least one scripted uniform was handed out."""
         return self.draws > 0
+
+    @property
+    def coins(self) -> int:
+        """Return the scripted uniforms that could reach an acceptance test (every method but ``integers``,
+        which wrappers use to seed other generators)."""
+        return self.draws - self.counts.get("integers", 0)
 
     @property
     def unscripted(self) -> bool:

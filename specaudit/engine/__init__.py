@@ -6,6 +6,8 @@ makes each scenario a ScenarioResult (exact probes, or blocks of simulated seque
 :mod:`~specaudit.engine.bench` and scheduled by :mod:`~specaudit.engine.executors` over processes,
 shards or Ray), and :func:`specaudit.engine.run.finish` settles the run (Holm, re-runs of suspects,
 power and diagnosis). :mod:`~specaudit.engine.merge` ends a sharded run through the same
-``finish``; :mod:`~specaudit.engine.selftest` is a run of runs that tests the tester. The engine
+``finish``; :mod:`~specaudit.engine.selftest` is a run of runs that tests the tester.
+:mod:`~specaudit.engine.supervisor` runs the same pipeline with the verifier in supervised child
+processes (``specaudit run``): an exit, a signal or a hang there is an ERROR of one scenario. The engine
 sits above checks and analysis and below the reporters, which it never imports.
 """

@@ -26,14 +26,19 @@ import multiprocessing as mp
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from specaudit.contract import guard
 from specaudit.engine.bench import Bench, Progress, Tally
 from specaudit.errors import ContractError, UsageError, VerifierCrash, VerifierTimeout
 from specaudit.results import ErrorInfo
 
-__all__ = ["BlockError", "Outcome", "Progress", "Unit", "measure_units", "run_block", "shard_blocks"]
+__all__ = ["DIED", "BlockError", "Outcome", "Progress", "Unit", "measure_units", "run_block", "shard_blocks"]
+
+#: ``ErrorInfo.kind`` of a scenario whose block worker process died (os._exit, a signal, a C crash).
+DIED = "died"
 
 #: What a simulation reports after every batch: ``tick(done, total)`` sequences of the block.
 Tick = Callable[[int, int], None]
@@ -102,6 +107,10 @@ class _Inline:
 
     slots = 1
 
+    def broken(self, exc: BaseException) -> bool:
+        """Return True when ``exc`` says a worker died (never here: this process would be gone)."""
+        return False
+
     def submit(self, i: int, unit: Unit, block: int, tick: Tick | None = None) -> Future:
         fut: Future = Future()
         try:
@@ -123,7 +132,14 @@ class _Forked:
         global _UNITS
         _UNITS = units
         self.slots = 2 * jobs  # keep every worker fed while the parent merges and evaluates
-        self.pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
+        shared = guard.board()
+        if shared is not None:  # under a supervisor: each worker takes a slot of its clock (hard timeout)
+            shared.reset()
+        self.pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"), initializer=guard.claim)
+
+    def broken(self, exc: BaseException) -> bool:
+        """Return True when ``exc`` says a worker died (os._exit, a signal) and the pool is gone."""
+        return isinstance(exc, BrokenProcessPool)
 
     def submit(self, i: int, unit: Unit, block: int, tick: Tick | None = None) -> Future:
         return self.pool.submit(_forked, i, block)
@@ -132,6 +148,9 @@ class _Forked:
         global _UNITS
         self.pool.shutdown(wait=False, cancel_futures=True)  # an interrupt must not wait for running blocks
         _UNITS = ()
+        shared = guard.board()
+        if shared is not None:  # a worker that died mid-call left its start time: the supervisor must not read it
+            shared.reset()
 
 
 def _ray_block(payload: tuple[Bench, int], block: int) -> Tally | BlockError:
@@ -159,6 +178,10 @@ class _Ray:
         self.task = ray.remote(_ray_block)
         self.payloads: dict[int, Any] = {}
         self.units = units
+
+    def broken(self, exc: BaseException) -> bool:
+        """Return True when ``exc`` says the worker running a task died."""
+        return isinstance(exc, self.ray.exceptions.RayError) and not isinstance(exc, self.ray.exceptions.RayTaskError)
 
     def submit(self, i: int, unit: Unit, block: int, tick: Tick | None = None) -> Future:
         if i not in self.payloads:  # the prepared scenario travels once, not once per block
@@ -235,7 +258,26 @@ def measure_units(
                 i, pos = pending.pop(fut)
                 if done[i]:
                     continue  # a unit that already stopped or erred: its late blocks are dropped
-                result = fut.result()
+                try:
+                    result = fut.result()
+                except Exception as exc:
+                    if not ex.broken(exc):
+                        raise
+                    # a worker died (the verifier called os._exit, or was killed by a signal): every scenario
+                    # with blocks in flight may be the one; each is an ERROR, never a pass (issue 13)
+                    hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
+                    pending.clear()
+                    ex.close()
+                    ex = _executor(units, jobs, backend, address)
+                    names = [units[j].name for j in hit]
+                    for j in hit:
+                        done[j] = True
+                        others = [m for m in names if m != units[j].name]
+                        also = f" (blocks of {', '.join(others)} were running at the same time)" if others else ""
+                        yield j, Outcome(merged[j], ErrorInfo(
+                            DIED, f"a --jobs {jobs} worker process died while running this scenario's blocks{also}: "
+                            f"the verifier ended it (os._exit, a signal, a crash in C code)"), look_at[j])
+                    break
                 if isinstance(result, BlockError):
                     done[i] = True
                     merged[i].seconds += result.seconds

@@ -6,8 +6,11 @@ matches, prefix and PIT counts) in ``info``. The merge checks that the shards be
 and are complete (their settings read back through :class:`~specaudit.engine.settings.RunSettings`),
 adds the tallies, runs the checks on the sums and ends like a run (:func:`specaudit.engine.run.finish`:
 Holm, power, diagnosis): the counts, p-values and verdicts are those of the unsharded run with
-the same seed. A merge cannot re-run SUSPECT scenarios (it has no verifier): they stay suspect
-(exit 0); re-run such a scenario unsharded with more samples to settle it.
+the same seed. The merge is the gate of a sharded run (a shard's own verdicts are provisional):
+a SUSPECT scenario is re-run as ``specaudit run`` would (fresh seed, 4x the samples, supervised)
+when the merge is given the verifier (``specaudit merge --rerun TARGET``); without it a SUSPECT
+stays suspect and the merge exits 1, "suspect: re-run with more samples" (issue 13: a merge
+must never pass what the unsharded run would have looked at twice).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from specaudit.checks import evaluate
 from specaudit.engine.bench import Bench
 from specaudit.engine.run import finish
 from specaudit.engine.settings import RunSettings, adapter_of
+from specaudit.engine.supervisor import supervised_remeasure
 from specaudit.errors import UsageError
 from specaudit.results import ErrorInfo, RunResult, ScenarioResult, Status
 from specaudit.results.document import scenario_from_dict
+from specaudit.scenarios.loading import LoadedScenario
 from specaudit.scenarios.schema import Scenario
 
 
@@ -66,7 +71,8 @@ def _check_together(docs: Sequence[dict[str, Any]], paths: Sequence[str]) -> lis
     return found
 
 
-def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None = None) -> RunResult:
+def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None = None,
+                    rerun: str | None = None) -> RunResult:
     """Return the run that the shard documents ``docs`` are the parts of, checked on the summed tallies.
 
     Parameters
@@ -76,6 +82,10 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
         (any order).
     paths : sequence of str, optional
         Their file names, for messages.
+    rerun : str, optional
+        The verifier (a TARGET, as ``specaudit run`` takes it) with which SUSPECT scenarios are
+        re-run on a fresh seed with 4x the samples (supervised child processes). Without it they
+        stay SUSPECT.
 
     Returns
     -------
@@ -124,16 +134,30 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
             raise UsageError(f"scenario {spec.name}: the shards hold blocks {tally.blocks}, expected 0..{bench.blocks - 1}")
         measured = bench.measured(tally, settings.method)
         checked = evaluate(measured, settings.gate_efficiency)
+        # the contract probes ran whole in every shard (same seed, same calls): shard 0's are the run's,
+        # in the run's order, with the checks of the summed tallies in their places
+        simulated = {c.name: c for c in checked}
+        first_checks = _unsettled(scenario_from_dict(s0)).checks
+        checked = (*(simulated.pop(c.name, c) for c in first_checks), *simulated.values())
         if not spec.lazy:
             extra["tokens_per_step_exact"] = measured.horizon.tokens_per_step
         extra["merged"] = {"shards": n, "blocks": bench.blocks}
         out.append(dataclasses.replace(base, samples=spec.samples, checks=checked, info=extra))
     seconds = max(d.get("seconds", 0.0) for d in docs)
+    remeasure = None
+    if rerun is not None:  # the verifier at hand: SUSPECT scenarios are re-run as `specaudit run` would
+        loaded = [LoadedScenario(spec, o.path, o.line) for spec, o in zip(specs, out)]
+        remeasure = supervised_remeasure(rerun, loaded, settings)
     return finish(
         first["target"], out, specs, settings,
-        started=min(d.get("started", "") for d in docs), elapsed=lambda: seconds,
-        adapter=adapter_of(first), recorded={"merged_shards": n},
+        started=min(d.get("started", "") for d in docs), elapsed=lambda: seconds, remeasure=remeasure,
+        adapter=adapter_of(first), recorded={"merged_shards": n, **({"rerun": rerun} if rerun else {})},
     )
+
+
+def unsettled_suspects(result: RunResult) -> list[str]:
+    """Return the SUSPECT scenarios of a merged run that were not re-run: the merge must not pass them."""
+    return [s.name for s in result.scenarios if s.status is Status.SUSPECT and s.rerun is None]
 
 
 def _unsettled(result: ScenarioResult) -> ScenarioResult:

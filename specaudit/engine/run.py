@@ -23,7 +23,7 @@ from specaudit import __version__, adapters
 from specaudit.analysis.diagnose import annotate as annotate_diagnosis
 from specaudit.analysis.power import annotate as annotate_power
 from specaudit.contract import logits, tree
-from specaudit.contract.guard import DEFAULT_TIMEOUT
+from specaudit.contract.guard import DEFAULT_TIMEOUT, catch_interrupts
 from specaudit.contract.targets import load_target
 from specaudit.engine.executors import Progress
 from specaudit.engine.scenario import Task, measure, run_scenarios, scenario_seed
@@ -40,6 +40,7 @@ __all__ = [
     "RunSettings",
     "apply_holm",
     "bind",
+    "bind_target",
     "default_suspect_level",
     "execute",
     "finish",
@@ -88,8 +89,9 @@ def apply_holm(
 ) -> tuple[ScenarioResult, ...]:
     """Adjust every statistical p-value of the run with Holm and settle PENDING verdicts.
 
-    The family is every PENDING check plus every check adjusted before (so a re-run, put in place
-    of its first result, is adjusted over the same family); only PENDING checks are settled:
+    The family is every PENDING gating check plus every one adjusted before (so a re-run, put in place
+    of its first result, is adjusted over the same family); non-gating checks form a family of their
+    own. Only PENDING checks are settled:
     FAILED at adjusted p <= alpha, SUSPECT at adjusted p <= ``suspect_level``, else PASSED.
     """
     flat = [
@@ -98,7 +100,11 @@ def apply_holm(
         for j, c in enumerate(s.checks)
         if c.status is Status.PENDING or c.adjusted_pvalue is not None
     ]
-    adjusted = holm(np.array([scenarios[i].checks[j].pvalue for i, j in flat], dtype=np.float64))
+    pvalues = np.array([scenarios[i].checks[j].pvalue for i, j in flat], dtype=np.float64)
+    gates = np.array([scenarios[i].checks[j].gate for i, j in flat], dtype=bool)
+    adjusted = np.empty(len(flat))
+    for family in (gates, ~gates):  # checks reported only are their own family: never shrink a gate's level (issue 15)
+        adjusted[family] = holm(pvalues[family])
     new = [list(s.checks) for s in scenarios]
     for (i, j), adj in zip(flat, adjusted):
         c = new[i][j]
@@ -265,29 +271,37 @@ def execute(
     tasks = [Task(verify, item, scenario_seed(settings.seed, item), settings.samples)
              for item, verify in zip(loaded, binding.verifiers)]
     stop_level = settings.stop_level(len(loaded))
-    done, interrupted = measure_all(tasks, binding.choices, settings, stop_level, progress, on_scenario)
 
     def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
         return run_scenarios([tasks[i]._replace(seed=fresh_seed, samples=n)], settings, stop_level=stop_level)[0]
 
-    return finish(
-        label, done, [item.spec for item in loaded], settings,
-        started=started, elapsed=lambda: time.perf_counter() - t0, interrupted=interrupted, remeasure=remeasure,
-        adapter=None if binding.main_choice is None else binding.main_choice.label(),
-    )
+    with catch_interrupts():  # a KeyboardInterrupt is the user's only after a real SIGINT
+        done, interrupted = measure_all(tasks, binding.choices, settings, stop_level, progress, on_scenario)
+        return finish(
+            label, done, [item.spec for item in loaded], settings,
+            started=started, elapsed=lambda: time.perf_counter() - t0, interrupted=interrupted, remeasure=remeasure,
+            adapter=None if binding.main_choice is None else binding.main_choice.label(),
+        )
 
 
 def bind(target: str | Callable[..., Any], scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
          settings: RunSettings) -> tuple[str, list[LoadedScenario], adapters.Binding]:
     """Load the target and the scenarios and bind the target to each scenario (adapters)."""
-    raw, label = resolve_target(target)
     loaded = resolve_scenarios(scenarios if scenarios is not None else adapters.preset_scenarios(target))
+    label, binding = bind_target(target, loaded, settings)
+    return label, loaded, binding
+
+
+def bind_target(target: str | Callable[..., Any], loaded: Sequence[LoadedScenario],
+                settings: RunSettings) -> tuple[str, adapters.Binding]:
+    """Load the target and bind it to each loaded scenario (adapters); check its signature against them."""
+    raw, label = resolve_target(target)
     binding = adapters.bind(target, raw, [item.spec for item in loaded], settings.adapter, settings.adapter_options)
     verify = binding.main
     if tree.contract_of(verify) == "chain":  # a tree verifier takes six arguments of its own
         logits.check_arity(verify, settings.contract)
-    tree.check_compatible(verify, label, loaded, settings.contract)
-    return label, loaded, binding
+    tree.check_compatible(verify, label, list(loaded), settings.contract)
+    return label, binding
 
 
 def measure_all(tasks: Sequence[Task], choices: Sequence[adapters.AdapterChoice | None], settings: RunSettings,

@@ -2,7 +2,10 @@
 
 A run hands :func:`run_scenarios` its :class:`Task` list (verifier, scenario, seed, samples).
 An exact-mode scenario is probed in this process (:mod:`specaudit.checks.probes`: corners,
-determinism, adversarial uniforms; no simulation). Every other scenario becomes a
+determinism, adversarial uniforms; no simulation). Every simulated chain scenario also runs the
+contract probes with its own chains (:func:`specaudit.checks.probes.run_scenario_probes`:
+determinism, inputs, padding, adversarial uniforms, the corners it reaches), in this process once
+its blocks are measured (not after a hang); their pass/fail results join the scenario's checks. Every other scenario becomes a
 :class:`specaudit.engine.executors.Unit` of blocks (:mod:`specaudit.engine.bench`); the blocks run
 on the run's executor (jobs, Ray) and each scenario is checked on its merged tally, at every look
 with early stop (:mod:`specaudit.stats.sequential`), else once at the end; a shard keeps its
@@ -43,10 +46,13 @@ class Task(NamedTuple):
 
 
 def scenario_seed(run_seed: int | None, loaded: LoadedScenario) -> int:
-    """Return the simulation seed: the scenario's own, or one derived from the run seed and its content."""
-    if run_seed is None:
-        return loaded.spec.seed
-    mixed = np.random.SeedSequence([run_seed, int(loaded.spec.content_hash(), 16)])
+    """Return the simulation seed, derived from the run seed (else the scenario's own) and its content.
+
+    The content hash is mixed in either way, so scenarios never share the verifier's uniforms,
+    even when every scenario file keeps the default ``seed: 0`` (issue 15).
+    """
+    base = loaded.spec.seed if run_seed is None else run_seed
+    mixed = np.random.SeedSequence([base, int(loaded.spec.content_hash(), 16)])
     return int(mixed.generate_state(1, dtype=np.uint32)[0])
 
 
@@ -124,6 +130,7 @@ def run_scenarios(
     units: list[Unit] = []
     where: list[int] = []  # task index of each unit
     specs: list[Scenario] = []
+    verifies: list[Callable[..., Any]] = []  # each unit's guarded verifier, for its contract probes
     for t, task in enumerate(tasks):
         spec = task.loaded.spec
         if task.samples is not None:
@@ -131,7 +138,9 @@ def run_scenarios(
         if spec.mode == "exact":  # exact probes, no simulation (specaudit.checks.probes)
             slots[t] = _probe(task, spec, settings)
             continue
-        bench = Bench(guarded(task.verify, settings.timeout), spec, settings.contract, settings.max_memory)
+        verify = guarded(task.verify, settings.timeout)
+        verifies.append(verify)
+        bench = Bench(verify, spec, settings.contract, settings.max_memory)
         blocks = shard_blocks(bench.blocks, settings.shard)
         looks = sequential.look_schedule(len(blocks)) if stop_level is not None else []
         units.append(Unit(bench, task.seed, blocks, looks))
@@ -162,18 +171,26 @@ def run_scenarios(
                                     address=settings.address, progress=progress):
         t = where[i]
         task, spec, tally = tasks[t], specs[i], outcome.tally
+        probe = probes.ExactOutcome(())
+        if outcome.error is None or outcome.error.kind != "timeout":  # after a hang, probing would hang again
+            t0 = time.perf_counter()
+            probe = probes.run_scenario_probes(verifies[i], spec, task.seed, settings.gate_efficiency, settings.contract)
+            eval_seconds[i] += time.perf_counter() - t0 - probe.verifier_seconds
         result = dataclasses.replace(
             base_result(task.loaded, spec, task.seed),
-            seconds=tally.seconds + eval_seconds[i],
-            verifier_seconds=tally.rounds.verifier_seconds,
-            calls=tally.rounds.calls,
+            seconds=tally.seconds + eval_seconds[i] + probe.verifier_seconds,
+            verifier_seconds=tally.rounds.verifier_seconds + probe.verifier_seconds,
+            calls=tally.rounds.calls + probe.calls,
+            checks=probe.checks,
         )
         info: dict[str, Any] = {}
         if outcome.error is not None:
             result = dataclasses.replace(result, error=outcome.error)
+        elif probe.error is not None:  # a probe call hung
+            result = dataclasses.replace(result, error=ErrorInfo.from_exception(probe.error))
         elif i in latest:
             measured, checked = latest[i]
-            result = dataclasses.replace(result, checks=checked)
+            result = dataclasses.replace(result, checks=checked + probe.checks)
             if not spec.lazy:
                 info["tokens_per_step_exact"] = measured.horizon.tokens_per_step
         if stop_level is not None and outcome.error is None and i in latest:

@@ -38,7 +38,7 @@ class ProgressReporter:
     def __enter__(self) -> ProgressReporter:
         if self.live:
             self._bar = Progress(
-                TextColumn("[bold]{task.description}"),
+                TextColumn("{task.description}", style="bold", markup=False),  # a scenario name is text
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("sequences · {task.fields[rate]} seq/s"),

@@ -22,13 +22,13 @@ STYLE = {
 
 def summary_table(result: RunResult) -> Table:
     """Return the table: one row per scenario x check."""
-    table = Table(title=f"specaudit {result.version}: {result.target}", title_justify="left")
+    table = Table(title=Text(f"specaudit {result.version}: {result.target}"), title_justify="left")
     for col in ("scenario", "check", "statistic", "p (Holm)", "TV (null)", "tokens/step (exact)", "verdict"):
         table.add_column(col, justify="right" if col not in ("scenario", "check", "verdict") else "left")
     for s in result.scenarios:
         if s.error is not None:
             where = f" [{s.error.clause}]" if s.error.clause else ""
-            table.add_row(s.name, f"{s.error.kind}{where}", "", "", "", "", Text("error", STYLE[Status.ERROR]))
+            table.add_row(Text(s.name), Text(f"{s.error.kind}{where}"), "", "", "", "", Text("error", STYLE[Status.ERROR]))
             continue
         # a SUSPECT scenario's re-run (fresh seed, 4x samples) follows its first result
         for part in s.attempts():
@@ -39,13 +39,13 @@ def summary_table(result: RunResult) -> Table:
                 tps = f"{d['estimate']:.3f} ({d['exact']:.3f})" if c.name == "tokens-per-step" else ""
                 stat = "" if c.statistic is None else (f"{c.statistic:.1f}" + (f"/{c.df}df" if c.df is not None else ""))
                 verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
-                table.add_row(label, c.name, stat, fmt.pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue), tv, tps, verdict)
+                table.add_row(Text(label), Text(c.name), stat, fmt.pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue), tv, tps, verdict)
     return table
 
 
 def _details(console: Console, s: ScenarioResult) -> None:
     if s.error is not None:
-        console.print(f"[bold magenta]{s.name}[/]: {s.error.message}", markup=True, highlight=False)
+        console.print(Text.assemble((s.name, "bold magenta"), f": {s.error.message}"))  # text, never markup
         if s.error.traceback:
             console.print(Text(s.error.traceback, style="dim"))
         return
@@ -94,7 +94,7 @@ def _baseline_table(comparison: Comparison, console: Console) -> None:
     for r in comparison.rows:
         tps = f"{fmt.optional(r.old_tps, '.4f')} -> {fmt.optional(r.new_tps, '.4f')}" if r.old_tps is not None or r.new_tps is not None else ""
         change = "" if r.tps_change is None else f"{100 * r.tps_change:+.2f}%"
-        t.add_row(r.scenario, f"{r.old_status or '-'} -> {r.new_status or '-'}", tps, change, r.note)
+        t.add_row(Text(r.scenario), f"{r.old_status or '-'} -> {r.new_status or '-'}", tps, change, Text(r.note))
     console.print(t)
 
 

@@ -80,8 +80,13 @@ def to_document(result: RunResult) -> dict[str, Any]:
     for f in dataclasses.fields(result):
         if f.name not in _APART:
             doc[f.name] = _plain(getattr(result, f.name))
-    doc["status"] = result.status.value
-    doc["exit_code"] = int(result.exit_code())
+    # a reader must never see a verdict or exit code 0 before the run has ended (issue 13)
+    if result.interrupted:
+        doc["status"], doc["exit_code"] = "interrupted", int(result.exit_code())
+    elif result.partial:
+        doc["status"], doc["exit_code"] = "running", None
+    else:
+        doc["status"], doc["exit_code"] = result.status.value, int(result.exit_code())
     if result.baseline is not None:
         doc["baseline"] = _plain(result.baseline.to_dict())
     return doc

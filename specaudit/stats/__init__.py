@@ -2,7 +2,9 @@
 
 Goodness of fit
     :func:`goodness_of_fit` (Pearson's X^2 or G^2 with cells merged before sampling,
-    :func:`merge_groups`), :func:`tv_distance`, :func:`expected_tv_null`, :func:`divergence`.
+    :func:`merge_groups`), :func:`tv_distance`, :func:`expected_tv_null`, :func:`divergence`;
+    p-values from the exact multinomial null, :func:`null_law` (:class:`NullLaw`), not the
+    chi-square limit (issue 15: the limit under-states the tail Holm reads).
 Ratio of means and multiplicity
     :func:`ratio_test` (tokens per step by the delta method), :func:`holm`.
 Distribution tails
@@ -22,6 +24,7 @@ from __future__ import annotations
 from specaudit.stats.gof import (
     MIN_EXPECTED,
     GoodnessOfFit,
+    NullLaw,
     RatioTest,
     chi2_isf,
     chi2_sf,
@@ -33,7 +36,10 @@ from specaudit.stats.gof import (
     ncx2_sf,
     normal_isf,
     normal_sf,
+    null_law,
     ratio_test,
+    ratio_z,
+    statistics,
     tv_distance,
 )
 from specaudit.stats.power import (
@@ -50,6 +56,7 @@ from specaudit.stats.sequential import Track, decisive, look_schedule, spending,
 __all__ = [
     "MIN_EXPECTED",
     "GoodnessOfFit",
+    "NullLaw",
     "PowerResult",
     "RatioTest",
     "Track",
@@ -67,12 +74,15 @@ __all__ = [
     "noncentrality_for_power",
     "normal_isf",
     "normal_sf",
+    "null_law",
     "power_against",
     "ratio_test",
+    "ratio_z",
     "samples_for_law",
     "samples_for_tv",
     "simulated_power",
     "spending",
+    "statistics",
     "stop_level",
     "tv_distance",
 ]

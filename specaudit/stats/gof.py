@@ -6,6 +6,7 @@ No I/O, no randomness, no knowledge of verifiers: arrays in, frozen results out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from scipy import special
@@ -13,6 +14,7 @@ from scipy import special
 __all__ = [
     "MIN_EXPECTED",
     "GoodnessOfFit",
+    "NullLaw",
     "RatioTest",
     "chi2_isf",
     "chi2_sf",
@@ -24,7 +26,10 @@ __all__ = [
     "ncx2_sf",
     "normal_isf",
     "normal_sf",
+    "null_law",
     "ratio_test",
+    "ratio_z",
+    "statistics",
     "tv_distance",
 ]
 
@@ -207,6 +212,246 @@ def goodness_of_fit(
     return GoodnessOfFit(statistic, pvalue, n_groups - 1, method, n, cells, n_groups, 0, tv, tv_null)
 
 
+#: Groups expecting more than this are summed in closed form (terms within O(1/E^2) of chi-square(1)).
+_NUMERIC_MAX = 2000.0
+
+
+#: P-values of the three-cumulant fit below this are recomputed from the characteristic function.
+REFINE_BELOW = 0.02
+#: Two- and three-group laws with at most this many outcomes get their exact tail by enumeration.
+EXACT_MAX_OUTCOMES = 2_000_000
+#: At most this many quadrature nodes (else, for few df, the fit alone is used).
+_CF_MAX_NODES = 20_000
+#: Groups expecting more than this enter the characteristic function as chi-square(1) with 1/E corrections.
+_CF_EXACT_MAX = 200.0
+
+
+@dataclass(frozen=True, eq=False)
+class NullLaw:
+    """The null law of a count statistic over merged groups (or a sum of independent ones).
+
+    ``kappa`` holds the statistic's first three cumulants; ``parts`` the (expected counts, method)
+    of each independent multinomial it sums, e.g. the configurations of the greedy-drafter
+    corner (:meth:`__add__`). :meth:`sf` reads the bulk from a three-cumulant chi-square fit and
+    the tail (fit below :data:`REFINE_BELOW`) from the characteristic function (`null_law`).
+    """
+
+    kappa: tuple[float, float, float]
+    parts: tuple[tuple[np.ndarray, str], ...] = ()
+
+    def __add__(self, other: NullLaw) -> NullLaw:
+        kappa = (self.kappa[0] + other.kappa[0], self.kappa[1] + other.kappa[1], self.kappa[2] + other.kappa[2])
+        return NullLaw(kappa, self.parts + other.parts)
+
+    @property
+    def df(self) -> float:
+        """Return the mean, the chi-square degrees of freedom the statistic would have asymptotically."""
+        return self.kappa[0]
+
+    def fit_sf(self, x: float | np.ndarray) -> np.ndarray:
+        """Return ``P(T >= x)`` under the three-cumulant fit ``c + a chi2(b)`` (vectorised over ``x``)."""
+        k1, k2, k3 = self.kappa
+        x = np.asarray(x, dtype=np.float64)
+        if k1 <= 0 or k2 <= 0 or k3 <= 0:
+            return np.where(x > 0, 0.0, 1.0) if k1 <= 0 else special.chdtrc(k1, x)
+        a = k3 / (4.0 * k2)
+        b = 8.0 * k2**3 / k3**2
+        c = k1 - a * b
+        return np.where(x > c, special.chdtrc(b, np.maximum(x - c, 0.0) / a), 1.0)
+
+    def sf(self, x: float | np.ndarray) -> np.ndarray:
+        """Return ``P(T >= x)`` under the null (vectorised over ``x``)."""
+        x = np.asarray(x, dtype=np.float64)
+        p = np.array(self.fit_sf(x), dtype=np.float64)
+        refine = (p < REFINE_BELOW) & (p > 1e-15)  # below 1e-15 no level is near
+        if not refine.any():
+            return p
+        table = self._exact
+        if table is not None:  # two or three groups: the exact multinomial tail, by enumeration
+            values, tail = table
+            at = np.searchsorted(values, x[refine] * (1.0 - 1e-12) - 1e-12, side="left")
+            p[refine] = np.where(at < values.size, tail[np.minimum(at, values.size - 1)], 0.0)
+            return p
+        if (grid := self._grid) is None:
+            return p
+        refine &= x <= grid[2]
+        if refine.any():
+            t, weight, _ = grid
+            xs = x[refine]
+            cf = 0.5 + (np.imag(np.exp(-1j * np.outer(xs, t)) * weight).sum(axis=1))
+            # Gil-Pelaez is accurate to ~1e-12 here; below that keep the (also negligible) fit
+            p[refine] = np.where(cf > 1e-11, np.minimum(cf, 1.0), np.minimum(p[refine], 1e-11))
+        return p
+
+    def fit_isf(self, q: float) -> float:
+        """Return ``x`` with ``P(T >= x) = q`` under the three-cumulant fit (closed form, cheap)."""
+        k1, k2, k3 = self.kappa
+        if k1 <= 0 or k2 <= 0 or k3 <= 0:
+            return float(special.chdtri(max(k1, 1e-12), q))
+        a, b = k3 / (4.0 * k2), 8.0 * k2**3 / k3**2
+        return float(k1 - a * b + a * special.chdtri(b, q))
+
+    def isf(self, q: float) -> float:
+        """Return the smallest ``x`` with ``P(T >= x) <= q``: the critical value of a test at level ``q``."""
+        lo, hi = 0.0, max(self.kappa[0], 1.0)
+        while float(self.sf(hi)) > q:
+            lo, hi = hi, 2.0 * hi
+        for _ in range(60):  # bisection to ~1e-12 relative
+            mid = 0.5 * (lo + hi)
+            if float(self.sf(mid)) > q:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    @cached_property
+    def _exact(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Return (sorted statistic values, P(T >= value)) by enumerating every outcome, or None.
+
+        Only for one multinomial of two or three groups with at most :data:`EXACT_MAX_OUTCOMES`
+        outcomes: there the law is coarse (a few df, small counts: per-prefix nodes) and neither the
+        fit nor the characteristic function holds far in the tail (x10 at 2.4e-7 for expected
+        counts 5, 5, 290).
+        """
+        if len(self.parts) != 1:
+            return None
+        expected, method = self.parts[0]
+        k, n = expected.size, int(round(float(expected.sum())))
+        if k not in (2, 3) or abs(n - expected.sum()) > 1e-6 * max(n, 1) or (n + 1) ** (k - 1) / (k - 1) > EXACT_MAX_OUTCOMES:
+            return None
+        probs = expected / n
+        if k == 2:
+            first = np.arange(n + 1.0)
+            outcomes = np.stack([first, n - first], axis=1)
+        else:
+            a, b = np.meshgrid(np.arange(n + 1.0), np.arange(n + 1.0), indexing="ij")
+            keep = a + b <= n
+            outcomes = np.stack([a[keep], b[keep], n - a[keep] - b[keep]], axis=1)
+        logpmf = special.gammaln(n + 1.0) + (special.xlogy(outcomes, probs) - special.gammaln(outcomes + 1.0)).sum(axis=1)
+        values = statistics(outcomes, expected, method)
+        order = np.argsort(values, kind="stable")
+        values, pmf = values[order], np.exp(logpmf[order])
+        tail = np.cumsum(pmf[::-1])[::-1]  # P(T >= values[i])
+        return values, np.minimum(tail, 1.0)
+
+    @cached_property
+    def _grid(self) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Return the Gil-Pelaez quadrature (nodes t, weights phi(t) dt / (pi t), largest x served), or None."""
+        k1, k2, _ = self.kappa
+        if not self.parts or k1 < 2.0:
+            return None
+        x_max = k1 + 60.0 * np.sqrt(k2) + 50.0
+        step = np.pi / x_max  # period 2 x_max: no aliasing for x <= x_max
+        # |phi(t)| ~ (1 + 4 t^2)^(-df / 4): stop where it is below 1e-10
+        top = 0.5 * np.sqrt(10.0 ** (40.0 / k1) - 1.0)
+        if top / step > _CF_MAX_NODES:  # few df: phi decays too slowly to integrate cheaply; keep the fit
+            return None
+        t = (np.arange(int(np.ceil(top / step))) + 0.5) * step
+        log_phi = np.zeros(t.size, dtype=np.complex128)
+        for expected, method in self.parts:
+            log_phi += _log_cf(t, expected, method)
+        return t, np.exp(log_phi) * step / (np.pi * t), x_max
+
+
+def _log_cf(t: np.ndarray, expected: np.ndarray, method: str) -> np.ndarray:
+    """Return log E[exp(i t T)] of the statistic over groups expecting ``expected`` (multinomial null).
+
+    The Poisson terms' characteristic functions (exact pmf sums; chi-square(1) with the 1/E
+    cumulant corrections above :data:`_CF_EXACT_MAX`) times ``(1 - 2it)^(1/2)``, which removes the
+    chi-square(1) of the Poisson total: ``X^2_Poisson = X^2_multinomial + (S - n)^2 / n`` exactly,
+    the two nearly independent.
+    """
+    half = np.log1p(-2j * t) / 2.0
+    out = half.copy()
+    e = np.asarray(expected, dtype=np.float64)
+    big = e[e > _CF_EXACT_MAX]
+    if big.size:
+        d = _poisson_term_cumulants(big, method).sum(axis=1) - np.array([1.0, 2.0, 8.0]) * big.size
+        out += -big.size * half + 1j * t * d[0] - d[1] * t**2 / 2.0 - 1j * d[2] * t**3 / 6.0
+    for one in e[e <= _CF_EXACT_MAX]:
+        lo = max(np.floor(one - 10.0 * np.sqrt(one) - 15.0), 0.0)  # pmf outside < 1e-20
+        o = np.arange(lo, np.ceil(one + 10.0 * np.sqrt(one) + 15.0) + 1.0)
+        pmf = np.exp(special.xlogy(o, one) - one - special.gammaln(o + 1.0))
+        pmf /= pmf.sum()
+        term = (o - one) ** 2 / one if method == "pearson" else 2.0 * (special.xlogy(o, o / one) - (o - one))
+        for lo_t in range(0, t.size, 2048):  # bounded memory
+            out[lo_t : lo_t + 2048] += np.log(np.exp(1j * np.outer(t[lo_t : lo_t + 2048], term)) @ pmf)
+    return out
+
+
+def _poisson_term_cumulants(expected: np.ndarray, method: str) -> np.ndarray:
+    """Return the first three cumulants [3, k] of each group's term under a Poisson(E) count."""
+    e = np.asarray(expected, dtype=np.float64)
+    if method == "pearson":  # (O - E)^2 / E, O ~ Poisson(E): moments from mu4 = E + 3E^2, mu6 = E + 25E^2 + 15E^3
+        return np.stack([np.ones_like(e), 2.0 + 1.0 / e, 8.0 + 22.0 / e + 1.0 / e**2])
+    # deviance 2 (O log(O / E) - (O - E)): sums to G^2 when sum O = sum E; moments by summing the pmf
+    out = np.empty((3, e.size))
+    big = e > _NUMERIC_MAX
+    # large E: 1 + 1/(6E), 2 + 2/(3E), 8 + 4/E (the 1/E terms of the pmf sums; Williams 1976 for the mean)
+    out[0, big] = 1.0 + 1.0 / (6.0 * e[big])
+    out[1, big] = 2.0 + 2.0 / (3.0 * e[big])
+    out[2, big] = 8.0 + 4.0 / e[big]
+    small = np.flatnonzero(~big)
+    if small.size:
+        es = e[small][:, None]
+        lo = np.maximum(np.floor(es - 12.0 * np.sqrt(es) - 30.0), 0.0)
+        width = int(np.max(np.ceil(es + 12.0 * np.sqrt(es) + 30.0) - lo)) + 1
+        o = lo + np.arange(width)[None, :]
+        logpmf = special.xlogy(o, es) - es - special.gammaln(o + 1.0)
+        pmf = np.exp(logpmf)
+        pmf /= pmf.sum(axis=1, keepdims=True)
+        d = 2.0 * (special.xlogy(o, o / es) - (o - es))
+        m1 = (pmf * d).sum(axis=1)
+        c = d - m1[:, None]
+        out[0, small] = m1
+        out[1, small] = (pmf * c**2).sum(axis=1)
+        out[2, small] = (pmf * c**3).sum(axis=1)
+    return out
+
+
+def null_law(expected: np.ndarray, method: str = "pearson") -> NullLaw:
+    """Return the null law of Pearson's X^2 or G^2 over groups with these expected counts.
+
+    Parameters
+    ----------
+    expected : ndarray
+        Expected count per group (all > 0), summing to the multinomial total n.
+    method : {"pearson", "g"}
+        The statistic.
+
+    Returns
+    -------
+    NullLaw
+        A three-cumulant fit ``c + a chi2(b)`` to the statistic's law under the exact multinomial.
+
+    Notes
+    -----
+    The chi-square law with ``k - 1`` df is only the limit: with groups expecting ~5 its tail,
+    read at alpha / m after Holm (~3e-5), is too light, and a correct verifier is rejected up to
+    twice as often as stated (issue 15; ``benchmarks/calibration.py``). The counts are taken as
+    independent Poisson(E_g), whose per-group term cumulants are exact (closed form for Pearson,
+    a pmf sum for G^2), and conditioning on the total is accounted for by removing one chi-square(1)
+    (cumulants 1, 2, 8): this gives Pearson's exact mean ``k - 1`` and Haldane's variance
+    ``2(k - 1) + sum 1/E`` to O(k^2 / n), and the third cumulant's 1/E term that drives the tail.
+    The three-moment chi-square fit is Pearson's (1959) / Satterthwaite's construction; with every E
+    large it is the chi-square(k - 1) law. Measured calibration: ``benchmarks/calibration.py``.
+
+    References
+    ----------
+    .. [1] Haldane, J. B. S. (1937). The exact value of the moments of the distribution of chi-square.
+       Biometrika 29, 133-143.
+    .. [2] Williams, D. A. (1976). Improved likelihood ratio tests for complete contingency tables.
+       Biometrika 63(1), 33-37.
+    .. [3] Pearson, E. S. (1959). Note on an approximation to the distribution of non-central chi2.
+       Biometrika 46, 364.
+    """
+    e = np.asarray(expected, dtype=np.float64)
+    if e.size < 2:
+        return NullLaw((0.0, 0.0, 0.0))
+    terms = _poisson_term_cumulants(e, method).sum(axis=1)
+    return NullLaw((float(terms[0] - 1.0), float(terms[1] - 2.0), float(terms[2] - 8.0)), ((e, method),))
+
+
 def divergence(observed: np.ndarray, expected: np.ndarray, method: str = "pearson") -> tuple[float, float]:
     """Return Pearson's X^2 or the G^2 statistic of ``observed`` against ``expected`` counts, and its p-value.
 
@@ -220,7 +465,8 @@ def divergence(observed: np.ndarray, expected: np.ndarray, method: str = "pearso
     Returns
     -------
     tuple of float
-        The statistic and its chi-square tail with ``len(observed) - 1`` degrees of freedom.
+        The statistic and its tail under the exact multinomial null (`null_law`: the chi-square law
+        with ``len(observed) - 1`` df, corrected by three cumulants for small expected counts).
 
     Notes
     -----
@@ -231,9 +477,16 @@ def divergence(observed: np.ndarray, expected: np.ndarray, method: str = "pearso
     """
     obs = np.asarray(observed, dtype=np.float64)
     exp = np.asarray(expected, dtype=np.float64)
-    terms = (obs - exp) ** 2 / exp if method == "pearson" else 2.0 * special.xlogy(obs, obs / exp)
-    statistic = float(terms.sum())
-    return statistic, chi2_sf(statistic, obs.size - 1)
+    statistic = float(statistics(obs[None, :], exp, method)[0])
+    return statistic, float(null_law(exp, method).sf(statistic))
+
+
+def statistics(observed: np.ndarray, expected: np.ndarray, method: str = "pearson") -> np.ndarray:
+    """Return X^2 or G^2 of each row of ``observed`` [R, k] against ``expected`` [k] (vectorised)."""
+    obs = np.asarray(observed, dtype=np.float64)
+    if method == "pearson":
+        return ((obs - expected) ** 2 / expected).sum(axis=-1)
+    return 2.0 * special.xlogy(obs, obs / expected).sum(axis=-1)
 
 
 def chi2_sf(x: float, df: int) -> float:
@@ -304,19 +557,25 @@ def ratio_test(moments: np.ndarray, n: int, exact: float) -> RatioTest:
     ----------
     .. [1] Cochran, W. G. (1977). Sampling Techniques, 3rd ed., section 6.4 (ratio estimators).
     """
-    sr, st, srr, stt, srt = (float(x) for x in moments)
+    sr = float(moments[0])
     if n < 2 or sr <= 0:
         return RatioTest(float("nan"), float("nan"), float("nan"), exact, float("nan"), n)
+    z, estimate, stderr = (float(x) for x in ratio_z(np.asarray(moments, dtype=np.float64), n, exact))
+    return RatioTest(z, 2 * normal_sf(abs(z)), estimate, exact, stderr, n)
+
+
+def ratio_z(moments: np.ndarray, n: int, exact: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (z, estimate, stderr) of `ratio_test` for moments [..., 5] (vectorised; sum R > 0)."""
+    sr, st, srr, stt, srt = np.moveaxis(np.asarray(moments, dtype=np.float64), -1, 0)
     estimate = st / sr
     mean_r = sr / n
     # E[(T - c R)^2] with c the exact ratio: zero-mean under the null
     var = (stt - 2 * exact * srt + exact * exact * srr) / n - ((st - exact * sr) / n) ** 2
-    stderr = float(np.sqrt(max(var, 0.0) / n) / mean_r)
-    if stderr == 0.0:
-        z = 0.0 if np.isclose(estimate, exact, rtol=1e-12, atol=1e-12) else float("inf")
-    else:
-        z = (estimate - exact) / stderr
-    return RatioTest(float(z), 2 * normal_sf(abs(z)), estimate, exact, stderr, n)
+    stderr = np.sqrt(np.maximum(var, 0.0) / n) / mean_r
+    same = np.isclose(estimate, exact, rtol=1e-12, atol=1e-12)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(stderr == 0.0, np.where(same, 0.0, np.inf), (estimate - exact) / np.where(stderr == 0.0, 1.0, stderr))
+    return z, estimate, stderr
 
 
 def holm(pvalues: np.ndarray) -> np.ndarray:

@@ -39,11 +39,13 @@ from specaudit.errors import UsageError
 from specaudit.stats import gof as stats
 
 __all__ = [
+    "LAW_NOISE_Z",
     "MAX_SAMPLES",
     "POWER_REPS",
     "TARGET_POWER",
     "PowerResult",
     "check_level",
+    "critical_value",
     "detectable_tv",
     "noncentrality_for_power",
     "power_against",
@@ -52,6 +54,8 @@ __all__ = [
     "simulated_power",
 ]
 
+#: A simulated law's effect is taken at this many standard errors below its estimate (one-sided 99.9%).
+LAW_NOISE_Z = 3.09
 #: Power at which "detectable" is stated.
 TARGET_POWER = 0.99
 #: The largest sample size the planners search (beyond it: "not reachable").
@@ -79,7 +83,7 @@ def check_level(alpha: float, power: float | None = None) -> None:
         raise UsageError(f"power = {power}; allowed: alpha ({alpha:g}) < power < 1")
 
 
-def noncentrality_for_power(df: int, alpha: float, power: float = TARGET_POWER) -> float:
+def noncentrality_for_power(df: int, alpha: float, power: float = TARGET_POWER, crit: float | None = None) -> float:
     """Return the noncentrality at which the chi-square test reaches ``power``.
 
     Parameters
@@ -90,11 +94,15 @@ def noncentrality_for_power(df: int, alpha: float, power: float = TARGET_POWER) 
         Level of the test.
     power : float
         Wanted power, ``alpha < power < 1``.
+    crit : float, optional
+        The test's critical value (default ``chi2.isf(alpha, df)``); the checks read p-values from
+        the exact null (`specaudit.stats.gof.null_law`), whose critical value is larger with small
+        expected counts, so power is computed at theirs (`critical_value`).
 
     Returns
     -------
     float
-        ``lambda*`` with ``ncx2.sf(chi2.isf(alpha, df), df, lambda*) = power``.
+        ``lambda*`` with ``ncx2.sf(crit, df, lambda*) = power``.
 
     Notes
     -----
@@ -105,7 +113,7 @@ def noncentrality_for_power(df: int, alpha: float, power: float = TARGET_POWER) 
         raise UsageError(f"df = {df}; allowed: >= 1 (a test needs two groups)")
     from scipy import optimize  # heavy (~0.3 s), like scipy.sparse: only paid when a power is inverted
 
-    crit = stats.chi2_isf(alpha, df)
+    crit = stats.chi2_isf(alpha, df) if crit is None else crit
 
     def gap(lam: float) -> float:
         return stats.ncx2_sf(crit, df, lam) - power
@@ -116,6 +124,18 @@ def noncentrality_for_power(df: int, alpha: float, power: float = TARGET_POWER) 
     return float(optimize.brentq(gap, 0.0, hi, xtol=1e-10, rtol=1e-12))
 
 
+def critical_value(expected: np.ndarray, alpha: float) -> float:
+    """Return the Pearson X^2 the check rejects at level ``alpha`` on groups expecting ``expected``.
+
+    The check's p-value is the exact-null tail (`specaudit.stats.gof.null_law`), heavier than the
+    chi-square limit when groups expect few observations; power read at ``chi2.isf(alpha, G - 1)``
+    would overstate what the check detects. Read from the three-cumulant fit (closed form: the
+    planners call this inside searches), and at least the chi-square value.
+    """
+    df = expected.size - 1
+    return max(stats.null_law(expected, "pearson").fit_isf(alpha), stats.chi2_isf(alpha, df))
+
+
 def _grouped(law: np.ndarray, probs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, float, int]:
     """Return (target, alternative) summed per merged group at ``n``, the impossible mass, and G."""
     group = stats.merge_groups(probs * n)
@@ -124,6 +144,25 @@ def _grouped(law: np.ndarray, probs: np.ndarray, n: int) -> tuple[np.ndarray, np
     pg = np.bincount(group[ok], weights=probs[ok], minlength=g)
     rg = np.bincount(group[ok], weights=law[ok], minlength=g)
     return pg, rg, float(law[~ok].sum()), g
+
+
+def _effect(pg: np.ndarray, rg: np.ndarray, r0: float, law_samples: int | None) -> tuple[np.ndarray, float]:
+    """Return the alternative's group law given no impossible cell, and its effect ``w^2 = sum (r - p)^2 / p``.
+
+    For a law simulated from ``law_samples`` sequences, ``w^2`` is bias-corrected and taken at its
+    lower 99.9% confidence bound: ``m w2_hat`` is about noncentral chi-square(G - 1, m w^2) less
+    its df, so its sd is ``sqrt(2 (G - 1) + 4 m w^2) / m``. A law equal to the target's then gets
+    ``w^2 = 0`` (power alpha) except with probability ~1e-3 (issue 15: simulation noise was
+    counted as effect, "power 0.980" against a mutant whose law is the target's).
+    """
+    rc = rg / rg.sum() if rg.sum() > 0 else pg
+    dev = (rc - pg) ** 2
+    if law_samples is None:
+        return rc, float((dev / pg).sum())
+    m_eff = max(law_samples * (1.0 - r0), 2.0)
+    w2 = float(((dev - rc * (1.0 - rc) / (m_eff - 1.0)) / pg).sum())  # unbiased
+    sd = float(np.sqrt(2.0 * (pg.size - 1) + 4.0 * m_eff * max(w2, 0.0)) / m_eff)
+    return rc, max(w2 - LAW_NOISE_Z * sd, 0.0)
 
 
 def power_against(
@@ -148,7 +187,9 @@ def power_against(
         Per-test level.
     law_samples : int, optional
         When ``law`` is an empirical law from this many simulated sequences, the noncentrality is
-        bias-corrected for the simulation noise; None for an exact law.
+        bias-corrected for the simulation noise and taken at its lower 99.9% confidence bound
+        (:data:`LAW_NOISE_Z` standard errors down), so the power is a conservative figure and a
+        law equal to the target's gets power alpha; None for an exact law.
 
     Returns
     -------
@@ -184,13 +225,9 @@ def power_against(
     lam = 0.0
     inner = 0.0
     if g >= 2:
-        rc = rg / rg.sum() if rg.sum() > 0 else pg
-        dev = (rc - pg) ** 2
-        if law_samples is not None:
-            m_eff = max(law_samples * (1.0 - r0), 2.0)
-            dev = dev - rc * (1.0 - rc) / (m_eff - 1.0)  # unbiased for (r_g - p_g)^2
-        lam = n * max(float((dev / pg).sum()), 0.0)
-        inner = stats.ncx2_sf(stats.chi2_isf(alpha, g - 1), g - 1, lam)
+        _, w2 = _effect(pg, rg, r0, law_samples)
+        lam = n * w2
+        inner = stats.ncx2_sf(critical_value(pg * n, alpha), g - 1, lam)
     power = 1.0 - (1.0 - r0) ** n * (1.0 - inner)
     return PowerResult(float(power), float(lam), max(g - 1, 0), alpha, n, tv, r0)
 
@@ -207,6 +244,7 @@ def simulated_power(
     *,
     reps: int = POWER_REPS,
     seed: int = 0,
+    law_samples: int | None = None,
 ) -> float:
     """Return the joint-law check's power against ``law`` by simulating its counts.
 
@@ -222,12 +260,17 @@ def simulated_power(
         Multinomial replicates.
     seed : int
         Seed of the replicates (common random numbers: the result is a deterministic function).
+    law_samples : int, optional
+        When ``law`` was simulated from this many sequences: its deviation from the target is
+        shrunk to the lower 99.9% confidence bound of the effect (`_effect`), so simulation noise
+        is not counted as power; a law within noise of the target's gets power ``alpha``.
 
     Returns
     -------
     float
         Fraction of replicates the check rejects: any count on a cell of target probability 0,
-        or Pearson's X^2 on the groups merged at ``n`` at least ``chi2.isf(alpha, G - 1)``.
+        or Pearson's X^2 on the groups merged at ``n`` with p-value (the check's,
+        :func:`specaudit.stats.gof.null_law`) at most ``alpha``.
 
     Notes
     -----
@@ -240,13 +283,21 @@ def simulated_power(
     law = np.asarray(law, dtype=np.float64).ravel()
     probs = np.asarray(probs, dtype=np.float64).ravel()
     pg, rg, r0, g = _grouped(law, probs, int(n))
-    cats = np.append(np.clip(rg, 0.0, None), max(r0, 0.0))
+    r0 = min(max(r0, 0.0), 1.0)
+    if law_samples is not None and g >= 2:
+        rc, w2 = _effect(pg, rg, r0, law_samples)
+        raw = float(((rc - pg) ** 2 / pg).sum())
+        shrink = np.sqrt(w2 / raw) if raw > 0 else 0.0
+        if shrink == 0.0 and r0 == 0.0:
+            return float(alpha)  # no effect beyond noise: the calibrated check rejects at its level
+        rg = (pg + shrink * (rc - pg)) * (1.0 - r0)
+    cats = np.append(np.clip(rg, 0.0, None), r0)
     counts = np.random.default_rng(seed).multinomial(int(n), cats / cats.sum(), size=reps)
     reject = counts[:, -1] > 0
     if g >= 2:
         expected = n * pg
-        x2 = (((counts[:, :-1] - expected) ** 2) / expected).sum(axis=1)
-        reject |= x2 >= stats.chi2_isf(alpha, g - 1)
+        x2 = stats.statistics(counts[:, :-1], expected, "pearson")
+        reject |= stats.null_law(expected, "pearson").sf(x2) <= alpha
     return float(reject.mean())
 
 
@@ -281,9 +332,12 @@ def detectable_tv(probs: np.ndarray, n: int, alpha: float, power: float = TARGET
     n = int(n)
     if n < 1:
         return float("inf")
-    g = int(stats.merge_groups(probs * n).max()) + 1
+    group = stats.merge_groups(probs * n)
+    g = int(group.max()) + 1
     if g >= 2:
-        return float(np.sqrt(noncentrality_for_power(g - 1, alpha, power) / n) / 2.0)
+        pg = np.bincount(group[group >= 0], weights=probs[group >= 0], minlength=g)
+        lam = noncentrality_for_power(g - 1, alpha, power, crit=critical_value(pg * n, alpha))
+        return float(np.sqrt(lam / n) / 2.0)
     if int((probs > 0).sum()) == 1:
         return float(-np.expm1(np.log1p(-power) / n))
     return float("inf")
@@ -368,7 +422,7 @@ def samples_for_law(
     guess = _smallest_n(lambda n: power_against(law, probs, n, alpha, law_samples=law_samples).power >= power)
     if method == "ncx2" or guess is None:
         return guess
-    hit = lambda n: simulated_power(law, probs, n, alpha) >= power  # noqa: E731
+    hit = lambda n: simulated_power(law, probs, n, alpha, law_samples=law_samples) >= power  # noqa: E731
     if hit(guess):  # walk down by halving, then bisect
         hi = guess
         while hi > 1 and hit(hi // 2):

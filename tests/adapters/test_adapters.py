@@ -282,3 +282,30 @@ def test_cli_adapter_options_and_listing(verifiers_dir):
     assert ok.exit_code == 0, ok.output
     bad = runner.invoke(main, ["run", "specaudit.verifiers.reference:verify", "--adapter-arg", "dtype=float32", "--samples", "10"])
     assert bad.exit_code == int(ExitCode.USAGE_ERROR) and "without an adapter" in bad.output
+
+
+# ---- every built-in adapter routes every global RNG (issue 14) ------------------------------------
+
+
+def test_torch_adapter_routes_numpy_global_and_python_random():
+    import random
+
+    pytest.importorskip("torch")
+    from specaudit.contract.uniforms import ScriptedUniforms
+
+    seen = []
+
+    def target(draft, q, p, num_draft, generator):  # draws from numpy's global RNG and Python's random only
+        seen.append((float(np.random.random()), random.random()))
+        batch = draft.shape[0]
+        return np.zeros((batch, draft.shape[1] + 1), np.int64) - 1, np.zeros(batch, np.int64)
+
+    verify = adapters.get("torch").wrap(target)
+    args = (np.zeros((0, 1), np.int64), np.zeros((0, 1, 2)), np.zeros((0, 2, 2)), np.zeros(0, np.int64))
+    verify(*args, np.random.default_rng(3))
+    verify(*args, np.random.default_rng(3))
+    verify(*args, np.random.default_rng(4))
+    assert seen[0] == seen[1] != seen[2]  # reproducible from the run's seed, and moves with it
+    su = ScriptedUniforms(1)
+    verify(*args, su)
+    assert seen[3] == (1 - 2**-53, 0.0) and su.coins == 2  # the scripted uniforms reached both sources

@@ -57,3 +57,58 @@ def test_diagnosis_can_be_turned_off_and_takes_a_provider():
 
     found = diagnose.diagnose(spec, result.scenarios[0], provider)
     assert found is not None and found.best is None and found.candidates == () and calls
+
+
+# ---- honest diagnosis (issue 14) -------------------------------------------------------------------
+
+
+def _failed_joint(obs, exp, category="distribution"):
+    from specaudit.results import Category, CheckResult, ScenarioResult, Status
+
+    check = CheckResult("joint-law", Category(category), Status.FAILED, "x", 1.0, 0.0, 1,
+                        data={"observed": obs.tolist(), "expected": exp.tolist()})
+    return ScenarioResult("s", "<test>", 1, "0" * 16, "", 0, int(obs.sum()), checks=(check,))
+
+
+def _patterns():
+    # exact law p, a mutant law m; observed counts drawn from m (numpy multinomial, independent of specaudit)
+    rng = np.random.default_rng(14)
+    p = rng.dirichlet(np.full(16, 20.0))
+    m = rng.dirichlet(np.ones(16))
+    n = 20_000
+    return p, m, n, n * p, rng.multinomial(n, m).astype(float)
+
+
+def test_a_lossless_control_is_never_the_explanation_of_a_distribution_failure():
+    p, m, n, exp, obs = _patterns()
+    spec = resolve(["markov-v4"])[0].spec
+    laws = {"sample_and_match": m, "lenient": 0.5 * (m + p)}  # the control's law fits the data best
+    found = diagnose.diagnose(spec, _failed_joint(obs, exp), lambda sc, name: {"joint-law": laws[name]},
+                              candidates=list(laws))
+    assert [c.mutant for c in found.candidates] == ["lenient"]  # sample_and_match is not even offered
+    assert found.best is not None and found.best.mutant == "lenient"
+    # negative control: on an efficiency failure the lossless control is a fair candidate and wins
+    eff = diagnose.diagnose(spec, _failed_joint(obs, exp, "efficiency"), lambda sc, name: {"joint-law": laws[name]},
+                            candidates=list(laws))
+    assert eff.best is not None and eff.best.mutant == "sample_and_match"
+
+
+def test_below_the_stated_similarity_no_mutant_is_named():
+    p, m, n, exp, obs = _patterns()
+    spec = resolve(["markov-v4"])[0].spec
+    rng = np.random.default_rng(15)
+    other = rng.dirichlet(np.ones(16))
+    weak = 0.55 * m + 0.45 * other  # a partial fit: similarity between 0.6 and the 0.8 bar
+    sim = diagnose.pattern_similarity({"joint-law": (obs, exp)}, {"joint-law": weak})
+    assert 0.6 <= sim < diagnose.MIN_SIMILARITY == 0.8, sim
+    found = diagnose.diagnose(spec, _failed_joint(obs, exp), lambda sc, name: {"joint-law": weak}, candidates=["lenient"])
+    assert found.best is None and found.candidates[0].similarity == pytest.approx(sim, abs=1e-4)
+    strong = diagnose.diagnose(spec, _failed_joint(obs, exp), lambda sc, name: {"joint-law": m}, candidates=["lenient"])
+    assert strong.best is not None  # positive control: the true law clears the bar
+
+
+def test_probe_failures_alone_are_not_diagnosed_as_mutants(verifiers_dir):
+    # writing into p breaks only inputs-unmodified: an exact probe names its own cause, no mutant is offered
+    result = specaudit.run(f"{verifiers_dir / 'rng_sources.py'}:writes_p", ["markov-v4"], samples=5000, seed=3)
+    s = result.scenarios[0]
+    assert s.check("inputs-unmodified").status.value == "failed" and "diagnosis" not in s.info

@@ -39,7 +39,8 @@ def test_hanging_verifier_is_stopped_by_timeout_and_the_run_goes_on(verifiers_di
     assert err["kind"] == "timeout" and "within 1.5 s (--timeout 1.5)" in err["message"]
     assert "exact_broken.py" in err["message"] and "in hangs" in err["message"]  # where it was stopped
     for name in ("seed-context-free", "markov-v4"):
-        assert by_name[name]["error"] is None and all(c["status"] == "passed" for c in by_name[name]["checks"])
+        decided = by_name[name]["rerun"] or by_name[name]  # a SUSPECT first look is settled by its re-run
+        assert by_name[name]["error"] is None and all(c["status"] == "passed" for c in decided["checks"])
 
 
 def test_timeout_swallowed_by_the_verifier_still_stops_it(verifiers_dir):
@@ -98,6 +99,9 @@ def test_raising_verifier_errors_each_scenario_including_corners(verifiers_dir):
     result = specaudit.run(f"{verifiers_dir / 'broken.py'}:raises", ["corners", "seed-context-free"], samples=500, diagnose=False)
     assert result.exit_code() == ExitCode.CHECKS_FAILED and len(result.scenarios) == 2
     for s in result.scenarios:
+        if s.error is None:  # the exact probes record a crash in each probe's check (issue 14)
+            assert s.status is Status.ERROR and "out of shared memory" in s.checks[0].summary
+            continue
         assert s.error.kind == "crash" and "out of shared memory" in s.error.message
         assert "broken.py" in s.error.traceback and "raise RuntimeError" in s.error.traceback
 
@@ -137,5 +141,5 @@ def test_ctrl_c_exits_2_and_keeps_what_was_measured(verifiers_dir, tmp_path):
     assert doc["partial"] is True and doc["interrupted"] is True and doc["exit_code"] == ExitCode.INTERRUPTED
     assert [s["name"] for s in doc["scenarios"]] == ["seed-context-free"]
     assert {c["name"] for c in doc["scenarios"][0]["checks"]} >= {"joint-law", "tokens-per-step"}
-    for c in doc["scenarios"][0]["checks"]:  # Holm settled on what was kept
-        assert c["status"] != "pending" and c["adjusted_pvalue"] is not None
+    for c in doc["scenarios"][0]["checks"]:  # Holm settled on what was kept (the probes have no p-value)
+        assert c["status"] != "pending" and (c["pvalue"] is None or c["adjusted_pvalue"] is not None)

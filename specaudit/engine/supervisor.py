@@ -1,0 +1,476 @@
+"""Supervised runs: the verifier runs in a child process, so nothing it does can end, hang or mislead the run.
+
+``specaudit run`` measures through :func:`execute_supervised`: this process (the supervisor)
+resolves the scenarios, then forks a child that loads the target, binds it and measures the
+scenarios one after another, sending each finished ScenarioResult back through a pipe (no message
+per verifier call: the per-call overhead is that of an in-process run). Whatever the verifier does
+to its process becomes an ERROR of the scenario it was running, and the run goes on with the
+remaining scenarios in a fresh child (issue 13):
+
+- ``os._exit(N)`` or ``exit()`` from C: "the verifier ended the process with os._exit(N)";
+- a signal (SIGSEGV, SIGABRT from ``abort()``, SIGKILL from the OOM killer): "killed by signal 11
+  (SIGSEGV)", with the child's faulthandler traceback;
+- a call that outlives ``--timeout`` because the verifier swallows the timeout (``except
+  BaseException: continue``): every timed call writes its start time in shared memory
+  (:class:`specaudit.contract.guard.Board`); past ``timeout + GRACE`` the supervisor dumps the
+  stuck process's stack (faulthandler on SIGUSR1) and kills the child's process group;
+- ``--jobs N``: a block worker that dies makes its scenario an ERROR (:mod:`specaudit.engine.executors`);
+  the child then measures that scenario again with ``--jobs 1``, so the message says what the
+  verifier did; a death it does not reproduce stays an ERROR.
+
+What Python raises (``sys.exit``, KeyboardInterrupt, GeneratorExit) is caught earlier, by
+:func:`specaudit.contract.guard.guarded`. The child sits in its own process group (a Ctrl-C on
+the terminal reaches only the supervisor) and writes its stdout to stderr (a verifier's prints
+never mix with the report). SIGINT and SIGTERM on the supervisor stop the run: the child's group
+is killed and the run is interrupted with every scenario finished so far. The re-runs of SUSPECT
+scenarios run supervised too; Holm, power and diagnosis run here. POSIX only (fork); elsewhere
+:func:`execute_supervised` runs in this process (:func:`specaudit.engine.run.execute`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import faulthandler
+import multiprocessing as mp
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection
+from typing import IO, Any
+
+from specaudit import adapters
+from specaudit.contract import guard
+from specaudit.engine.executors import DIED, Progress
+from specaudit.engine.run import (
+    ScenarioLike,
+    bind_target,
+    execute,
+    finish,
+    resolve_scenarios,
+)
+from specaudit.engine.scenario import Task, base_result, run_scenarios, scenario_seed
+from specaudit.engine.settings import RunSettings
+from specaudit.errors import ExitCode, SpecauditError, TargetLoadError, UsageError
+from specaudit.results import ErrorInfo, RunResult, ScenarioResult
+
+__all__ = ["GRACE", "execute_supervised", "supported"]
+
+#: Seconds past ``--timeout`` after which a call that swallowed its timeout is killed with its process.
+GRACE = 2.0
+#: How often the supervisor looks at the child and the call clock, seconds.
+_POLL = 0.05
+#: The most of a faulthandler dump kept in an error's traceback, characters.
+_DUMP_CHARS = 6000
+
+
+def supported() -> bool:
+    """Return True where runs can be supervised (fork and process groups: POSIX)."""
+    return "fork" in mp.get_all_start_methods() and hasattr(os, "setpgid")
+
+
+class _Internal(Exception):
+    """An internal error of the child (a specaudit bug), re-raised here with the child's traceback."""
+
+
+@dataclasses.dataclass
+class _Job:
+    """One scenario for a child to measure: its index in the run, and a seed and samples for a re-run."""
+
+    index: int
+    seed: int | None = None
+    samples: int | None = None
+
+
+def _describe(exitcode: int | None) -> str:
+    """Return what ended a child, from its exit code (negative: the signal)."""
+    if exitcode is None:
+        return "did not end"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-exitcode} ({name})"
+    return f"ended the process with os._exit({exitcode})"
+
+
+def _running(pid: int) -> bool:
+    """Return True when process ``pid`` exists and is not a zombie (a dead worker's start time is not a hang)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: trust kill(pid, 0)
+
+
+def _dump(errfile: IO[bytes]) -> str:
+    """Return what faulthandler wrote in the child, then empty the file for the next one."""
+    errfile.flush()
+    errfile.seek(0)
+    text = errfile.read().decode("utf-8", "replace").strip()
+    errfile.seek(0)
+    errfile.truncate()
+    return text if len(text) <= _DUMP_CHARS else text[:_DUMP_CHARS] + "\n..."
+
+
+class _Supervisor:
+    """Start, watch and replace the child processes of one run."""
+
+    def __init__(self, target: str | Callable[..., Any], loaded: list[Any], settings: RunSettings,
+                 progress: Progress | None):
+        self.target = target
+        self.loaded = loaded
+        self.settings = settings
+        self.progress = progress
+        self.stop_level = settings.stop_level(len(loaded))
+        self.board = guard.Board(1 + settings.jobs)
+        self.errfile = tempfile.TemporaryFile()  # no name on disk: nothing is left behind
+        self.label: str | None = None
+        self.adapter: str | None = None
+        self.sent: set[int] = set()  # scenarios with a result
+        self._killed: tuple[str, str] | None = None  # (error kind, message): why the last child was killed
+        self._dead_since: dict[int, float] = {}  # worker slots whose process was seen dead mid-call, and when
+        self._late_slot = 0
+        self._exitcode: int | None = None  # how the last child ended
+
+    def close(self) -> None:
+        """Release the faulthandler file."""
+        self.errfile.close()
+
+    # --- the child ---------------------------------------------------------------------------
+
+    def _child(self, conn: Connection, jobs: list[_Job]) -> None:
+        """Load and bind the target, measure ``jobs`` and send each result; never returns."""
+        me = os.getpid()
+
+        def send(message: tuple) -> None:
+            if os.getpid() != me:  # a copy the verifier forked must not speak for the run
+                os._exit(0)
+            conn.send(message)
+
+        code = 0
+        try:
+            os.setpgid(0, 0)  # its own group: a terminal Ctrl-C reaches only the supervisor; killpg gets every worker
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.dup2(2, 1)  # the verifier's prints go to stderr, never into the report on stdout
+            faulthandler.enable(file=self.errfile, all_threads=False)
+            faulthandler.register(signal.SIGUSR1, file=self.errfile, all_threads=False)
+            guard.watch(self.board, 0)
+            torch = sys.modules.get("torch")
+            if torch is not None:  # torch's intra-op thread pool does not survive fork: run its ops inline here
+                torch.set_num_threads(1)
+            try:
+                label, binding = bind_target(self.target, self.loaded, self.settings)
+            except SpecauditError as exc:
+                send(("error", type(exc).__name__, str(exc), int(exc.exit_code)))
+                return
+            except BaseException as exc:  # noqa: BLE001 - loading user code may raise anything
+                send(("error", "TargetLoadError", f"loading {self.target!r} {guard.describe_exit(exc)[13:]}",
+                      int(TargetLoadError.exit_code)))
+                return
+            send(("bound", label, None if binding.main_choice is None else binding.main_choice.label()))
+
+            def tick(name: str, done: int, total: int) -> None:
+                send(("progress", name, done, total))
+
+            for job in jobs:
+                send(("start", job.index))
+                result = self._measure(job, binding, tick if self.progress is not None else None)
+                choice = binding.choices[job.index]
+                if choice is not None:  # say how the target was driven
+                    result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
+                send(("result", job.index, result))
+            send(("done",))
+        except BaseException as exc:  # noqa: BLE001 - a specaudit bug: the supervisor reports it as internal
+            with contextlib.suppress(BaseException):
+                send(("internal", type(exc).__name__, "".join(traceback.format_exception(exc))))
+            code = 3
+        finally:
+            with contextlib.suppress(BaseException):
+                conn.close()
+            os._exit(code)
+
+    def _measure(self, job: _Job, binding: adapters.Binding, tick: Progress | None) -> ScenarioResult:
+        """Measure one scenario in the child; a --jobs worker death is measured again with --jobs 1."""
+        item = self.loaded[job.index]
+        seed = job.seed if job.seed is not None else scenario_seed(self.settings.seed, item)
+        task = Task(binding.verifiers[job.index], item, seed, job.samples if job.samples is not None else self.settings.samples)
+        result = run_scenarios([task], self.settings, stop_level=self.stop_level, progress=tick)[0]
+        if result.error is not None and result.error.kind == DIED and self.settings.jobs > 1:
+            # the death is the verifier's: measured again here, it ends this process and the supervisor says how
+            again = run_scenarios([task], dataclasses.replace(self.settings, jobs=1), stop_level=self.stop_level)[0]
+            if again.error is not None:
+                return again
+            note = "; measured again with --jobs 1 it did not die, so the death is not explained (an ERROR all the same)"
+            result = dataclasses.replace(result, error=dataclasses.replace(result.error, message=result.error.message + note))
+        return result
+
+    # --- the supervisor ------------------------------------------------------------------------
+
+    def measure(self, jobs: list[_Job], on_result: Callable[[int, ScenarioResult], None]) -> None:
+        """Measure ``jobs`` in as many children as it takes; every job gets a result, in order."""
+        remaining = list(jobs)
+        while remaining:
+            ended = self._one_child(remaining, on_result)
+            if ended is None:
+                return
+            remaining = remaining[[j.index for j in remaining].index(ended.index) + 1:]
+
+    def _one_child(self, jobs: list[_Job], on_result: Callable[[int, ScenarioResult], None]) -> _Job | None:
+        """Run one child on ``jobs``; return the job it died on (its ERROR recorded), or None when it finished."""
+        ctx = mp.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=self._child, args=(send, jobs), daemon=False)
+        for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
+            self.board.stamps[slot] = 0.0
+        child.start()
+        send.close()
+        current: _Job | None = None
+        killed: tuple[str, str] | None = None
+        finished = False
+        try:
+            while not finished:
+                message = self._next(recv, child)
+                if message is None:  # the child is gone, or was killed for a call past the timeout
+                    killed = self._killed
+                    break
+                kind = message[0]
+                if kind == "bound":
+                    self.label, self.adapter = message[1], message[2]
+                elif kind == "start":
+                    current = next(j for j in jobs if j.index == message[1])
+                elif kind == "progress":
+                    if self.progress is not None:
+                        self.progress(*message[1:])
+                elif kind == "result":
+                    on_result(message[1], message[2])
+                    current = None
+                elif kind == "done":
+                    finished = True
+                elif kind == "error":
+                    raise _loading_error(message[1], message[2], message[3])
+                elif kind == "internal":
+                    raise _Internal(f"{message[1]} in the engine process:\n{message[2]}")
+        finally:
+            self._end(child)
+            recv.close()
+        if finished:
+            return None
+        dump = _dump(self.errfile)
+        if self.label is None and current is None:  # it died while loading the target
+            what = _describe(self._exitcode)
+            raise TargetLoadError(f"loading {self.target!r}: the target {what} while importing"
+                                  + (f"\n{dump}" if dump else ""))
+        if current is None:  # between two scenarios: the next one was about to start
+            current = jobs[0] if self.label is None else next(
+                (j for j in jobs if j.index not in self.sent), jobs[-1])
+        info = killed_error(killed, self._exitcode, dump)
+        on_result(current.index, dataclasses.replace(self._base(current), error=info))
+        return current
+
+    def _next(self, recv: Connection, child: Any) -> tuple | None:
+        """Return the child's next message, or None once it has ended (or been killed past the timeout)."""
+        self._killed = None
+        closed = False  # the pipe reads EOF: the child is ending (or the verifier closed it); keep watching the clock
+        while True:
+            if closed:
+                time.sleep(_POLL)
+            else:
+                try:
+                    if recv.poll(_POLL):
+                        return recv.recv()
+                except (EOFError, OSError):
+                    closed = True
+            if not child.is_alive():
+                with contextlib.suppress(EOFError, OSError):
+                    if not closed and recv.poll(0):  # what it sent before it died
+                        return recv.recv()
+                return None
+            late = self._overdue()
+            if late is not None:
+                self._killed = late
+                if late[0] == "timeout":
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(self.board.pids[self._late_slot], signal.SIGUSR1)  # faulthandler: where it is stuck
+                        time.sleep(0.2)
+                self._kill_group(child)
+                child.join()
+                return None
+
+    def _overdue(self) -> tuple[str, str] | None:
+        """Return (kind, message) when a watched call must be ended, else None.
+
+        Past ``timeout + GRACE`` a call that is still running is killed ("timeout"). A worker that
+        died inside a call and is not noticed by its pool (a copy the verifier forked holds the
+        worker's pipes open) is ended one second after it is seen dead ("died").
+        """
+        timeout = self.settings.timeout
+        now = time.monotonic()
+        for slot in range(len(self.board.stamps)):
+            start = self.board.stamps[slot]
+            if start <= 0:
+                self._dead_since.pop(slot, None)
+                continue
+            self._late_slot = slot
+            if slot > 0 and not _running(self.board.pids[slot]):
+                if now - self._dead_since.setdefault(slot, now) > 1.0:
+                    return DIED, "a --jobs worker process died inside a verifier call"
+                continue
+            if timeout and now - start > timeout + GRACE:
+                return "timeout", (f"the verifier call did not return within {timeout:g} s (--timeout {timeout:g}) "
+                                   f"and did not stop when told to (it swallows the timeout); its process was killed "
+                                   f"after {now - start:.1f} s")
+        return None
+
+    def _kill_group(self, child: Any) -> None:
+        """Kill the child and everything in its process group (block workers, the verifier's forks)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child.pid, signal.SIGKILL)
+
+    def _end(self, child: Any) -> None:
+        """Make sure the child and its group are gone and reaped."""
+        child.join(timeout=5.0)
+        self._kill_group(child)  # stragglers: workers of a pool, copies the verifier forked
+        child.join()
+        self._exitcode = child.exitcode
+        with contextlib.suppress(Exception):
+            child.close()
+
+    def _base(self, job: _Job) -> ScenarioResult:
+        """Return the result of ``job``'s scenario before anything was measured."""
+        item = self.loaded[job.index]
+        spec = item.spec
+        samples = job.samples if job.samples is not None else self.settings.samples
+        if samples is not None:
+            spec = spec.model_copy(update={"samples": samples})
+        seed = job.seed if job.seed is not None else scenario_seed(self.settings.seed, item)
+        return base_result(item, spec, seed)
+
+
+def killed_error(killed: tuple[str, str] | None, exitcode: int | None, dump: str) -> ErrorInfo:
+    """Return the ERROR of a scenario whose process ended under it (killed past the timeout, or by the verifier)."""
+    if killed is not None:
+        kind, message = killed
+        fatal = re.search(r"Fatal Python error: ([^\n]+)", dump)
+        if kind == DIED and fatal:  # what faulthandler saw: "Segmentation fault", "Aborted", ...
+            message += f" ({fatal.group(1).strip()})"
+        return ErrorInfo(kind, message, traceback=dump)
+    return ErrorInfo(DIED, f"the verifier {_describe(exitcode)} while this scenario ran; "
+                     "the run went on in a fresh process", traceback=dump)
+
+
+def _loading_error(name: str, message: str, code: int) -> SpecauditError:
+    """Return the error the child met while loading and binding the target, as this process raises it."""
+    if name == "TargetLoadError":
+        return TargetLoadError(message)
+    if code == int(ExitCode.USAGE_ERROR):
+        return UsageError(message)
+    exc = SpecauditError(message)
+    exc.exit_code = ExitCode(code)
+    return exc
+
+
+def supervised_remeasure(target: str | Callable[..., Any], loaded: list[Any],
+                         settings: RunSettings) -> Callable[[int, int, int], ScenarioResult]:
+    """Return ``remeasure(index, seed, samples)``: scenario ``index`` of ``loaded`` measured again, supervised.
+
+    What ``specaudit merge --rerun TARGET`` re-runs its SUSPECT scenarios with; where runs cannot be
+    supervised the scenario is measured in this process.
+    """
+    if not supported():
+        def here(i: int, fresh_seed: int, n: int) -> ScenarioResult:
+            _, binding = bind_target(target, loaded, settings)
+            task = Task(binding.verifiers[i], loaded[i], fresh_seed, n)
+            return run_scenarios([task], settings, stop_level=settings.stop_level(len(loaded)))[0]
+
+        return here
+    sup = _Supervisor(target, loaded, settings, None)
+
+    def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
+        got: dict[int, ScenarioResult] = {}
+        sup.measure([_Job(i, fresh_seed, n)], got.__setitem__)
+        return got[i]
+
+    return remeasure
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[None]:
+    """Make SIGINT and SIGTERM raise KeyboardInterrupt here (the run stops, keeping what is finished)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def execute_supervised(
+    target: str | Callable[..., Any],
+    scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
+    settings: RunSettings,
+    *,
+    progress: Progress | None = None,
+    on_scenario: Callable[[ScenarioResult], None] | None = None,
+) -> RunResult:
+    """Audit ``target`` like :func:`specaudit.engine.run.execute`, with the verifier in supervised child processes.
+
+    Same results (seeds, blocks and checks are the same); a scenario whose process the verifier
+    ended, crashed or hung past the timeout is an ERROR saying so, and the run goes on. SIGINT
+    and SIGTERM interrupt the run (exit 2) with every finished scenario kept.
+    """
+    import threading
+
+    if not supported() or threading.current_thread() is not threading.main_thread():
+        return execute(target, scenarios, settings, progress=progress, on_scenario=on_scenario)
+    loaded = resolve_scenarios(scenarios if scenarios is not None else adapters.preset_scenarios(target))
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    sup = _Supervisor(target, loaded, settings, progress)
+    done: list[ScenarioResult] = []
+
+    def record(index: int, result: ScenarioResult) -> None:
+        sup.sent.add(index)
+        done.append(result)
+        if on_scenario is not None:
+            on_scenario(result)
+
+    def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
+        got: dict[int, ScenarioResult] = {}
+        sup.measure([_Job(i, fresh_seed, n)], lambda k, r: got.__setitem__(k, r))
+        return got[i]
+
+    interrupted = False
+    try:
+        with _stop_signals():
+            try:
+                sup.measure([_Job(i) for i in range(len(loaded))], record)
+            except KeyboardInterrupt:
+                interrupted = True
+            label = sup.label if sup.label is not None else (target if isinstance(target, str) else repr(target))
+            return finish(
+                label, done, [item.spec for item in loaded[:len(done)]], settings,
+                started=started, elapsed=lambda: time.perf_counter() - t0, interrupted=interrupted,
+                remeasure=remeasure, adapter=sup.adapter,
+            )
+    finally:
+        sup.close()

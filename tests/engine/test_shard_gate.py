@@ -1,0 +1,60 @@
+"""Sharded CI gates once (issue 13): a shard job passes unless it errored; the merge never passes a SUSPECT."""
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from specaudit.cli import main
+from specaudit.errors import ExitCode
+
+HOSTILE = Path(__file__).parents[1] / "verifiers" / "hostile" / "calls.py"
+
+# seed 9 of markov-v4 at 15,001 sequences with --suspect-level 0.5: the first look is SUSPECT on two
+# checks and the re-run (fresh seed, 4x samples) passes (found by running the unsharded run, seeds 0..11)
+ARGS = ["-s", "markov-v4", "--samples", "15001", "--seed", "9", "--suspect-level", "0.5", "--no-power", "-q"]
+
+
+def _shards(runner, tmp_path, target):
+    paths = []
+    for i in (0, 1):
+        path = tmp_path / f"s{i}.json"
+        res = runner.invoke(main, ["run", target, *ARGS, "--shard", f"{i}/2", "--json", str(path)])
+        paths.append((res, path))
+    return paths
+
+
+def test_a_merge_with_a_suspect_exits_1_unless_rerun_settles_it_as_run_would(tmp_path):
+    runner = CliRunner()
+    whole = runner.invoke(main, ["run", "reference", *ARGS, "--json", str(tmp_path / "whole.json")])
+    doc = json.loads((tmp_path / "whole.json").read_text())
+    assert doc["scenarios"][0]["rerun"] is not None  # the unsharded run looked twice ...
+    assert whole.exit_code == ExitCode.OK  # ... and passed on the second look
+    shards = _shards(runner, tmp_path, "reference")
+    for res, _ in shards:  # provisional verdicts: a shard job gates nothing but its own errors
+        assert res.exit_code == ExitCode.OK, res.output
+        assert "provisional" in res.output
+    paths = [str(p) for _, p in shards]
+    plain = runner.invoke(main, ["merge", *paths, "--json", str(tmp_path / "m.json")])
+    assert plain.exit_code == ExitCode.CHECKS_FAILED, plain.output
+    assert "suspect: re-run with more samples (markov-v4)" in plain.output
+    assert json.loads((tmp_path / "m.json").read_text())["scenarios"][0]["rerun"] is None
+    again = runner.invoke(main, ["merge", *paths, "--rerun", "reference", "--json", str(tmp_path / "r.json")])
+    assert again.exit_code == whole.exit_code == ExitCode.OK, again.output
+    merged = json.loads((tmp_path / "r.json").read_text())["scenarios"][0]
+    first = doc["scenarios"][0]
+    assert merged["rerun"]["seed"] == first["rerun"]["seed"] and merged["rerun"]["samples"] == first["rerun"]["samples"]
+    assert [c["pvalue"] for c in merged["rerun"]["checks"]] == [c["pvalue"] for c in first["rerun"]["checks"]]
+
+
+def test_a_shard_job_fails_only_when_it_errored(tmp_path):
+    # negative control: a mutant makes shards that FAIL provisionally (exit 0) and a merge that fails (exit 1)
+    runner = CliRunner()
+    shards = _shards(runner, tmp_path, "mutant:resample_from_p")
+    assert [res.exit_code for res, _ in shards] == [ExitCode.OK, ExitCode.OK]
+    merged = runner.invoke(main, ["merge", *[str(p) for _, p in shards]])
+    assert merged.exit_code == ExitCode.CHECKS_FAILED, merged.output
+    # an ERROR in a shard (the verifier crashed) fails that job at once
+    crashed = runner.invoke(main, ["run", f"{HOSTILE}:exit1", "-s", "peaked-v8", "--samples", "2000",
+                                   "--shard", "0/2", "--no-power", "-q"])
+    assert crashed.exit_code == ExitCode.CHECKS_FAILED, crashed.output

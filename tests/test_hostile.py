@@ -1,0 +1,317 @@
+"""Hostile verifiers and inputs: nothing a verifier does can end, hang or turn green the run (issue 13).
+
+One table of faults (tests/verifiers/hostile/): each is run through the CLI (click's CliRunner, so
+the supervisor forks from this process) and must end with the exact exit code, say what happened,
+and leave the JSON on disk that says the same; no case exits 0 or 3, none leaves a process or a
+temporary file behind. Faults sit on the scenario of vocabulary 8 (peaked-v8): the scenarios
+before and after it must pass, which shows the run went on in a fresh process. The same table
+runs with ``--jobs 2`` on scenarios large enough to be cut into blocks on forked workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specaudit.errors import ExitCode
+
+HOSTILE = Path(__file__).parent / "verifiers" / "hostile"
+CALLS = HOSTILE / "calls.py"
+SCENARIOS = ["markov-v4", "peaked-v8", "seed-context-free"]  # the fault is on peaked-v8 (V = 8) only
+TIMEOUT = "1"
+
+#: (verifier in calls.py, error kind of peaked-v8, what its message must say)
+AT_CALL = [
+    ("exit0", "crash", "the verifier called sys.exit(0)"),
+    ("exit1", "crash", "the verifier called sys.exit(1)"),
+    ("exit2", "crash", "the verifier called sys.exit(2)"),
+    ("exit3", "crash", "the verifier called sys.exit(3)"),
+    ("exit_msg", "crash", "the verifier called sys.exit('bye')"),
+    ("exit_none", "crash", "the verifier called sys.exit()"),
+    ("exit_bare", "crash", "the verifier called sys.exit()"),
+    ("keyboard_interrupt", "crash", "the verifier raised KeyboardInterrupt itself (no Ctrl-C was pressed)"),
+    ("self_sigint", "crash", "the verifier raised KeyboardInterrupt itself"),
+    ("generator_exit", "crash", "the verifier raised GeneratorExit"),
+    ("base_exception", "crash", "the verifier raised BaseException: boom"),
+    ("custom_base", "crash", "the verifier raised Custom: mine"),
+    ("os_exit0", "died", "the verifier ended the process with os._exit(0)"),
+    ("os_exit1", "died", "the verifier ended the process with os._exit(1)"),
+    ("os_exit2", "died", "the verifier ended the process with os._exit(2)"),
+    ("os_exit3", "died", "the verifier ended the process with os._exit(3)"),
+    ("os_exit4", "died", "the verifier ended the process with os._exit(4)"),
+    ("segfault", "died", "killed by signal 11 (SIGSEGV)"),
+    ("abort", "died", "killed by signal 6 (SIGABRT)"),
+    ("sigkill_self", "died", "killed by signal 9 (SIGKILL)"),
+    ("sigterm_self", "died", "killed by signal 15 (SIGTERM)"),
+    ("sigbus_self", "died", "killed by signal 7 (SIGBUS)"),
+    ("killpg_self", "died", "killed by signal 9 (SIGKILL)"),
+    ("swallow_exception", "timeout", "did not stop when told to (it swallows the timeout)"),
+    ("swallow_base", "timeout", "did not stop when told to (it swallows the timeout)"),
+    ("ignore_alarm", "timeout", "did not stop when told to"),
+    ("cancel_timer", "timeout", "did not stop when told to"),
+    ("sleeps", "timeout", f"did not return within {TIMEOUT} s (--timeout {TIMEOUT})"),
+    ("recursion", "crash", "the verifier raised RecursionError"),
+    ("memory_error", "crash", "the verifier raised MemoryError: pretend"),
+    ("stop_iteration", "crash", "the verifier raised StopIteration"),
+    ("fork_and_return", "crash", "the verifier raised RuntimeError: forked a copy of the process"),
+    ("sleeper_and_exit", "died", "the verifier ended the process with os._exit(0)"),
+    ("fork_sleeper_and_segfault", "died", "killed by signal 11 (SIGSEGV)"),
+    ("close_streams", "crash", "the verifier raised ValueError: closed stdout"),
+    ("chdir", "crash", "the verifier raised ValueError: moved to /"),
+    ("markup_close", "crash", "[/b] closes a tag it never opened"),
+    ("markup_generic", "crash", "expected list[int], got [dtype] float64"),
+    ("returns_none", "contract", ""),
+]
+
+#: (module file in hostile/, what the usage error must say)
+AT_IMPORT = [
+    ("import_exit0", "called sys.exit(0)"),
+    ("import_exit1", "called sys.exit(1)"),
+    ("import_exit_msg", "called sys.exit('no GPU here')"),
+    ("import_os_exit0", "ended the process with os._exit(0) while importing"),
+    ("import_os_exit1", "ended the process with os._exit(1) while importing"),
+    ("import_segfault", "was killed by signal 11 (SIGSEGV) while importing"),
+    ("import_abort", "was killed by signal 6 (SIGABRT) while importing"),
+    ("import_keyboard_interrupt", "raised KeyboardInterrupt"),
+    ("import_generator_exit", "raised GeneratorExit"),
+    ("import_markup", "[/b] needs list[int]"),
+]
+
+
+def _alive(pid: int) -> bool:
+    """Return True when ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _children() -> set[int]:
+    """Return the live processes whose parent is this one (the process table)."""
+    me = str(os.getpid())
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+def _assert_nothing_left(pids_file: Path, before: set[int]) -> None:
+    """Every process the verifier started, and every child of this process, is gone."""
+    started = [int(x) for x in pids_file.read_text().split()] if pids_file.exists() else []
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and (any(_alive(p) for p in started) or _children() - before):
+        time.sleep(0.05)
+    assert not [p for p in started if _alive(p)], "a process the verifier started is still running"
+    assert not _children() - before, "a child process of the run is still running"
+
+
+def _run(cli, tmp_path, monkeypatch, target: str, *extra: str, samples: int = 2000):
+    pids = tmp_path / "pids.txt"
+    monkeypatch.setenv("SPECAUDIT_HOSTILE_PIDS", str(pids))
+    out = tmp_path / "out" / "r.json"
+    before = _children()
+    cwd = os.getcwd()
+    args = ["run", target, "--samples", samples, "--timeout", TIMEOUT, "--no-power", "--json", out, *extra]
+    for name in SCENARIOS:
+        args += ["-s", name]
+    result = cli(*args)
+    assert os.getcwd() == cwd  # the verifier's os.chdir stayed in its own process
+    _assert_nothing_left(pids, before)
+    assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")], "a temporary file was left"
+    return result, out
+
+
+def _check_scenario_error(result, out: Path, kind: str, message: str) -> None:
+    assert result.exit_code == ExitCode.CHECKS_FAILED, result.output
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "error" and doc["exit_code"] == 1 and doc["partial"] is False
+    assert doc["interrupted"] is False
+    by_name = {s["name"]: s for s in doc["scenarios"]}
+    assert list(by_name) == SCENARIOS  # the run went on past the fault
+    err = by_name["peaked-v8"]["error"]
+    assert err is not None and err["kind"] == kind, err
+    assert message in err["message"], err["message"]
+    for name in ("markov-v4", "seed-context-free"):
+        decided = by_name[name]["rerun"] or by_name[name]  # a SUSPECT first look is settled by its re-run
+        assert by_name[name]["error"] is None and decided["error"] is None, by_name[name]["error"]
+        assert all(c["status"] == "passed" for c in decided["checks"]), by_name[name]
+    if message:
+        assert message in result.output  # shown as text, markup characters and all
+    if kind == "died" and "signal 11" in message:  # the child's faulthandler traceback comes with it
+        assert "Segmentation fault" in err["traceback"] and "calls.py" in err["traceback"]
+
+
+@pytest.mark.parametrize(("name", "kind", "message"), AT_CALL, ids=[c[0] for c in AT_CALL])
+def test_a_fault_at_call_time_is_that_scenarios_error_and_the_run_goes_on(cli, tmp_path, monkeypatch, name, kind,
+                                                                        message):
+    result, out = _run(cli, tmp_path, monkeypatch, f"{CALLS}:{name}")
+    _check_scenario_error(result, out, kind, message)
+
+
+#: Faults whose ``--jobs 2`` form is in the default run; the rest of the table runs with -m slow.
+JOBS_QUICK = {"exit0", "keyboard_interrupt", "os_exit0", "segfault", "abort", "swallow_base", "fork_and_return",
+              "killpg_self", "sigterm_self", "markup_close"}
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "message"),
+    [pytest.param(*c, marks=() if c[0] in JOBS_QUICK else pytest.mark.slow, id=c[0]) for c in AT_CALL],
+)
+def test_the_same_faults_in_forked_block_workers_with_jobs_2(cli, tmp_path, monkeypatch, name, kind, message):
+    # 15,001 sequences: two blocks per scenario, measured on two forked workers; the fault strikes only the
+    # simulation's batches (4,096 rows; the probes use at most 3,927): in a worker, not in the exact probes
+    monkeypatch.setenv("SPECAUDIT_HOSTILE_MIN_BATCH", "4096")
+    result, out = _run(cli, tmp_path, monkeypatch, f"{CALLS}:{name}", "--jobs", "2", samples=15_001)
+    _check_scenario_error(result, out, kind, JOBS_MESSAGE.get(name, message))
+
+
+#: Where --jobs 2 says it otherwise: the worker's forked copy holds its pipes, so the pool never sees it die;
+#: the supervisor does (the worker is a zombie in the middle of a call) and reads faulthandler's line
+JOBS_MESSAGE = {"fork_sleeper_and_segfault": "a --jobs worker process died inside a verifier call (Segmentation fault)"}
+
+
+@pytest.mark.parametrize(("name", "message"), AT_IMPORT, ids=[c[0] for c in AT_IMPORT])
+def test_a_fault_at_import_time_is_a_usage_error_before_any_result(cli, tmp_path, monkeypatch, name, message):
+    result, out = _run(cli, tmp_path, monkeypatch, f"{HOSTILE / (name + '.py')}:verify")
+    assert result.exit_code == ExitCode.USAGE_ERROR, result.output
+    assert message in result.output
+    assert not out.exists()  # nothing was measured, so nothing claims a verdict
+
+
+def test_a_control_verifier_passes_the_same_way(cli, tmp_path, monkeypatch):
+    # positive control: the table's harness does not turn a correct verifier into an error
+    result, out = _run(cli, tmp_path, monkeypatch, "reference")
+    assert result.exit_code == ExitCode.OK, result.output
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "passed" and doc["exit_code"] == 0
+
+
+def _descendants(root: int) -> set[int]:
+    """Return the live processes below ``root`` in the process table (children, their children, ...)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parent[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_and_sigint_exit_2_keep_every_finished_scenario_and_leave_no_process(tmp_path, signum, jobs):
+    out = tmp_path / "r.json"
+    env = {**os.environ, "SPECAUDIT_HOSTILE_MIN_BATCH": "4096" if jobs == "2" else "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:sleeps", "-s", "markov-v4", "-s", "peaked-v8",
+         "--samples", "15001" if jobs == "2" else "2000", "--timeout", "0", "--jobs", jobs, "--no-power",
+         "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not out.exists() and time.monotonic() < deadline:  # markov-v4 is written when it ends
+            time.sleep(0.05)
+        assert out.exists(), proc.stderr.read() if proc.poll() is not None else "no partial JSON"
+        running = json.loads(out.read_text())
+        assert running["status"] == "running" and running["exit_code"] is None  # never 0 before the end
+        time.sleep(1.0)  # now inside the sleeping verifier call of peaked-v8
+        below = _descendants(proc.pid)
+        assert below, "the run has no engine process"
+        os.kill(proc.pid, signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True and doc["status"] == "interrupted" and doc["exit_code"] == ExitCode.INTERRUPTED
+    assert [s["name"] for s in doc["scenarios"]] == ["markov-v4"]
+    assert all(c["status"] != "pending" for c in doc["scenarios"][0]["checks"])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in below):
+        time.sleep(0.05)
+    assert not [p for p in below if _alive(p)], "a process of the run outlived it"
+
+
+#: (report option, path under tmp_path or absolute, what the usage error says); checked before any simulation
+BAD_OUTPUTS = [
+    ("--json", "/proc/specaudit-r.json", "cannot write in /proc"),
+    ("--junit", "/proc/specaudit-r.xml", "cannot write in /proc"),
+    ("--html", "/proc/", "cannot write in /proc"),
+    ("--json", "{tmp}/a-file/r.json", "a-file is not a folder"),
+    ("--junit", "{tmp}", "is a directory"),
+    ("--json", "{tmp}/a-file/deeper/r.json", "a-file is not a folder"),
+    ("--json", "{tmp}", "is a directory"),
+]
+
+
+@pytest.mark.parametrize(("option", "path", "message"), BAD_OUTPUTS, ids=[f"{o}={p}" for o, p, _ in BAD_OUTPUTS])
+def test_an_unwritable_report_path_is_a_usage_error_before_any_simulation(cli, tmp_path, monkeypatch, option, path,
+                                                                         message):
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("SPECAUDIT_HOSTILE_CALLS", str(calls))
+    (tmp_path / "a-file").write_text("")
+    result = cli("run", f"{CALLS}:records_calls", "-s", "markov-v4", "--samples", "500", option,
+                 path.format(tmp=tmp_path))
+    assert result.exit_code == ExitCode.USAGE_ERROR, result.output
+    assert message in result.output
+    assert not calls.exists()  # the verifier was never called
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # no probe file left behind
+
+
+def test_a_relative_json_path_does_not_move_when_the_verifier_changes_directory(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", f"{CALLS}:chdir", "-s", "peaked-v8", "--samples", "500", "--no-power", "--json", "rel/r.json")
+    assert result.exit_code == ExitCode.CHECKS_FAILED, result.output
+    doc = json.loads((tmp_path / "rel" / "r.json").read_text())
+    assert doc["scenarios"][0]["error"]["message"] == "the verifier raised ValueError: moved to /"
+    assert f"wrote {tmp_path / 'rel' / 'r.json'}" in result.output  # reported by its absolute path
+
+
+def test_scenario_names_and_paths_are_text_not_markup(cli):
+    result = cli("run", "reference", "-s", "[/b]list[int]")
+    assert result.exit_code == ExitCode.USAGE_ERROR, result.output
+    assert "[/b]list[int]" in result.output
+
+
+def test_a_verifier_printing_100_mb_does_not_reach_the_report_on_stdout(tmp_path):
+    # its prints go to stderr (thrown away here); stdout holds the report alone, and the run goes on
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:print_flood", *[a for s in SCENARIOS for a in ("-s", s)],
+         "--samples", "2000", "--no-power", "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=300,
+    )
+    assert proc.returncode == ExitCode.CHECKS_FAILED
+    assert "x" * 100 not in proc.stdout and len(proc.stdout) < 100_000
+    assert "the verifier raised ValueError: printed 100 MB" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert [s["error"] and s["error"]["message"] for s in doc["scenarios"]] == [
+        None, "the verifier raised ValueError: printed 100 MB", None]

@@ -1,0 +1,164 @@
+"""Hostile verifiers for tests/test_hostile.py: each is the reference, except on vocabulary 8 (peaked-v8).
+
+There each one attacks the process that runs it in one way (issue 13): exits, signals, swallowed
+timeouts, forks, closed streams, floods of output, exceptions whose text looks like markup.
+``SPECAUDIT_HOSTILE_PIDS``, when set, names a file where a verifier that starts processes writes
+their pids, so a test can check that none is left behind.
+"""
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from specaudit.verifiers.reference import verify as _reference
+
+#: Attack only batches of at least this many rows (``--jobs 2`` tests: the simulation's blocks, not the probes).
+_MIN_BATCH = int(os.environ.get("SPECAUDIT_HOSTILE_MIN_BATCH", "0"))
+
+
+def _hostile(attack):
+    """Return a verifier that runs ``attack()`` on vocabulary 8 and is the reference elsewhere."""
+
+    def verify(draft, q, p, num_draft, rng):
+        if p.shape[-1] == 8 and draft.shape[0] >= _MIN_BATCH:
+            attack()
+        return _reference(draft, q, p, num_draft, rng)
+
+    verify.__name__ = attack.__name__
+    return verify
+
+
+def _raise(exc):
+    raise exc
+
+
+def _note_pid(pid):
+    path = os.environ.get("SPECAUDIT_HOSTILE_PIDS")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{pid}\n")
+
+
+class Custom(BaseException):
+    """A BaseException that is not an Exception."""
+
+
+def _spin_swallowing(kind):
+    while True:
+        try:
+            time.sleep(0.05)
+        except kind:
+            pass
+
+
+def _fork_and_return():
+    pid = os.fork()
+    if pid == 0:
+        return  # the copy carries on as if it were the harness
+    _note_pid(pid)
+    raise RuntimeError("forked a copy of the process")
+
+
+def _start_sleeper_and_exit():
+    proc = subprocess.Popen(["sleep", "60"])
+    _note_pid(proc.pid)
+    os._exit(0)
+
+
+def _fork_sleeper_and_segfault():
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    _note_pid(pid)
+    ctypes.string_at(0)
+
+
+def _print_flood():
+    chunk = "x" * (1 << 20)
+    for _ in range(100):  # 100 MB on stdout
+        print(chunk)
+    raise ValueError("printed 100 MB")
+
+
+def _close_streams():
+    sys.stdout.close()
+    sys.stderr.close()
+    raise ValueError("closed stdout")
+
+
+def _recurse(n=0):
+    return _recurse(n + 1) + 1
+
+
+def _ignore_alarm_and_spin():
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    while True:
+        time.sleep(0.05)
+
+
+def _cancel_timer_and_spin():
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    while True:
+        time.sleep(0.05)
+
+
+def _chdir_and_raise():
+    os.chdir("/")
+    raise ValueError("moved to /")
+
+
+exit0 = _hostile(lambda: sys.exit(0))
+exit1 = _hostile(lambda: sys.exit(1))
+exit2 = _hostile(lambda: sys.exit(2))
+exit3 = _hostile(lambda: sys.exit(3))
+exit_msg = _hostile(lambda: sys.exit("bye"))
+exit_none = _hostile(lambda: sys.exit())
+exit_bare = _hostile(lambda: _raise(SystemExit))
+keyboard_interrupt = _hostile(lambda: _raise(KeyboardInterrupt))
+self_sigint = _hostile(lambda: os.kill(os.getpid(), signal.SIGINT) or time.sleep(1))
+generator_exit = _hostile(lambda: _raise(GeneratorExit))
+base_exception = _hostile(lambda: _raise(BaseException("boom")))
+custom_base = _hostile(lambda: _raise(Custom("mine")))
+os_exit0 = _hostile(lambda: os._exit(0))
+os_exit1 = _hostile(lambda: os._exit(1))
+os_exit2 = _hostile(lambda: os._exit(2))
+os_exit3 = _hostile(lambda: os._exit(3))
+os_exit4 = _hostile(lambda: os._exit(4))
+segfault = _hostile(lambda: ctypes.string_at(0))
+abort = _hostile(os.abort)
+sigkill_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGKILL))
+sigterm_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(1))
+sigbus_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGBUS) or time.sleep(1))
+killpg_self = _hostile(lambda: os.killpg(0, signal.SIGKILL))
+swallow_exception = _hostile(lambda: _spin_swallowing(Exception))
+swallow_base = _hostile(lambda: _spin_swallowing(BaseException))
+ignore_alarm = _hostile(_ignore_alarm_and_spin)
+cancel_timer = _hostile(_cancel_timer_and_spin)
+sleeps = _hostile(lambda: time.sleep(600))
+recursion = _hostile(_recurse)
+memory_error = _hostile(lambda: _raise(MemoryError("pretend")))
+stop_iteration = _hostile(lambda: _raise(StopIteration))
+fork_and_return = _hostile(_fork_and_return)
+sleeper_and_exit = _hostile(_start_sleeper_and_exit)
+fork_sleeper_and_segfault = _hostile(_fork_sleeper_and_segfault)
+print_flood = _hostile(_print_flood)
+close_streams = _hostile(_close_streams)
+chdir = _hostile(_chdir_and_raise)
+markup_close = _hostile(lambda: _raise(ValueError("[/b] closes a tag it never opened")))
+markup_generic = _hostile(lambda: _raise(TypeError("expected list[int], got [dtype] float64")))
+
+
+def returns_none(draft, q, p, num_draft, rng):
+    """Returns nothing on vocabulary 8 (a contract breach, not a crash)."""
+    return None if p.shape[-1] == 8 and draft.shape[0] >= _MIN_BATCH else _reference(draft, q, p, num_draft, rng)
+
+
+def records_calls(draft, q, p, num_draft, rng):
+    """The reference, noting each call in the file ``SPECAUDIT_HOSTILE_CALLS`` names (was anything simulated?)."""
+    with open(os.environ["SPECAUDIT_HOSTILE_CALLS"], "a") as fh:
+        fh.write("call\n")
+    return _reference(draft, q, p, num_draft, rng)
