@@ -3,12 +3,20 @@
 The target has the signature of ``vllm.v1.sample.rejection_sampler.rejection_sample``::
 
     rejection_sample(draft_token_ids[T] int32, num_draft_tokens: list[int], max_spec_len: int,
-                     cu_num_draft_tokens[B] int32, draft_probs[T, V] | None, target_probs[T, V],
+                     cu_num_draft_tokens[B] int32, draft_probs[T, V] | None, TARGET[T, V],
                      bonus_token_ids[B, 1] int32, sampling_metadata) -> int32[B, max_spec_len + 1]
 
+where TARGET changed meaning across releases: ``target_probs`` (probabilities) up to 0.15, and
+``target_logits`` from 0.16 on (vLLM PR #32852: the softmax moved inside ``rejection_sample``,
+in float32). The adapter reads the name of the target's sixth parameter and passes what it
+expects: probabilities, or logits ``log p`` (-inf where p = 0, so the softmax inside returns p up
+to float32 rounding). ``--adapter-arg target_input=probs|logits`` overrides it for a target whose
+signature cannot be read (a compiled kernel); ``auto`` (default) takes probabilities when it
+cannot tell.
+
 Rows are packed flat: request ``b``'s drafts are ``draft_token_ids[cu[b-1]:cu[b]]`` with
-``cu_num_draft_tokens`` the *inclusive* cumulative sum (no leading 0). ``target_probs`` holds the
-draft positions only; the bonus token is sampled outside the rejection sampler (here: from
+``cu_num_draft_tokens`` the *inclusive* cumulative sum (no leading 0). TARGET holds the draft
+positions only; the bonus token is sampled outside the rejection sampler (here: from
 ``p[b, num_draft[b]]`` by inverse CDF on the harness rng) and passed in. ``sampling_metadata`` has
 ``all_random=True``, ``temperature`` 1 for every request and one seeded ``torch.Generator`` per
 request in ``generators`` (vLLM's real ``SamplingMetadata`` when vLLM is installed, else a
@@ -21,6 +29,7 @@ one-hot q), which needs a one-hot drafter scenario (``draft: {kind: greedy}``).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 from collections.abc import Callable
 from typing import Any
@@ -81,13 +90,35 @@ def sampling_metadata(batch: int, device: str, generators: dict[int, Any]) -> An
     return SamplingMetadata(**values)
 
 
+#: What the sixth parameter of ``rejection_sample`` is called, by what it holds.
+TARGET_PARAMETERS = {"target_probs": "probs", "target_logits": "logits"}
+
+
+def sixth_argument(target: Callable[..., Any], choice: str = "auto") -> str:
+    """Return "probs" or "logits": what ``target`` takes as its sixth argument (``choice`` unless "auto")."""
+    if choice != "auto":
+        return choice
+    try:
+        params = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):  # a builtin or compiled kernel: no signature to read
+        return "probs"
+    return TARGET_PARAMETERS.get(params[5], "probs") if len(params) > 5 else "probs"
+
+
+def as_logits(probs: np.ndarray) -> np.ndarray:
+    """Return ``log p`` with -inf where p = 0: logits whose softmax is ``p`` (vLLM >= 0.16 takes logits)."""
+    with np.errstate(divide="ignore"):
+        return np.log(probs)
+
+
 def _one_hot_at_drafts(q: np.ndarray, draft: np.ndarray, valid: np.ndarray) -> bool:
     at = np.take_along_axis(q, np.where(valid, draft, 0)[..., None], axis=2)[..., 0]
     return bool(np.all(at[valid] == 1.0))
 
 
 def build(
-    target: Callable[..., Any], device: str = "cpu", dtype: str = "float32", draft_probs: str = "given"
+    target: Callable[..., Any], device: str = "cpu", dtype: str = "float32", draft_probs: str = "given",
+    target_input: str = "auto",
 ) -> Callable[..., Any]:
     """Return the canonical verifier that calls a target in vLLM v1's packed layout."""
     import torch
@@ -96,6 +127,7 @@ def build(
 
     check_device(device)
     fdt = torch_dtype(dtype)
+    takes = sixth_argument(target, target_input)
 
     def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
         batch, k = draft.shape
@@ -115,7 +147,7 @@ def build(
                 max_spec_len,
                 to_torch(flat["cu_num_draft_tokens"], device),
                 None if draft_probs == "none" else to_torch(flat["draft_probs"], device, fdt),
-                to_torch(flat["target_probs"], device, fdt),
+                to_torch(flat["target_probs"] if takes == "probs" else as_logits(flat["target_probs"]), device, fdt),
                 to_torch(bonus.astype(np.int32)[:, None], device),
                 sampling_metadata(batch, device, generators),
             )
@@ -141,6 +173,8 @@ ADAPTER = Adapter(
         DEVICE,
         Option("dtype", str, "float32", DTYPE.help, DTYPE.choices),
         Option("draft_probs", str, "given", "given: pass q; none: pass None (n-gram drafts, one-hot q)", ("given", "none")),
+        Option("target_input", str, "auto", "what rejection_sample's 6th argument holds: probs (vLLM <= 0.15), logits "
+               "(>= 0.16), auto: read from its parameter name", ("auto", "probs", "logits")),
     ),
     requires=("torch",),
     extra="torch",

@@ -197,7 +197,8 @@ def test_scripted_uniform_reaches_boundary_bug(verifiers_dir):
     q = np.array([[[0.25, 0.25, 0.5]]])
     p = np.array([[[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]])
     nd = np.array([1])
-    for target, accepted in ((vllm_like.rejection_sample, False), (vllm_like.ratio_ge, True)):
+    for target, accepted in ((vllm_like.rejection_sample_strict, False), (vllm_like.rejection_sample, True),
+                             (vllm_like.rejection_sample_v015, True)):
         out, n_out = adapters.get("vllm").wrap(target).__call__(d, q, p, nd, _Script())
         assert bool(n_out[0] == 2) is accepted, (target.__name__, out)
 
@@ -217,8 +218,46 @@ def test_vllm_packing_is_inclusive_cumsum():
 
 def test_vllm_layout_correct_passes(verifiers_dir):
     # a per-row Python loop: fewer sequences than the other layouts
-    result = _run(f"{verifiers_dir / 'vllm_like.py'}:rejection_sample", SCEN + ["zero-drafts"], samples=3000, adapter="vllm")
+    result = _run(f"{verifiers_dir / 'vllm_like.py'}:rejection_sample_strict", SCEN + ["zero-drafts"], samples=3000,
+                  adapter="vllm")
     assert result.exit_code() == ExitCode.OK, _statuses(result)
+
+
+def test_vllm_reads_the_sixth_parameter_by_version(verifiers_dir):
+    sys.path.insert(0, str(verifiers_dir))
+    try:
+        import vllm_like
+    finally:
+        sys.path.remove(str(verifiers_dir))
+    assert vllm_adapter.sixth_argument(vllm_like.rejection_sample) == "logits"  # vLLM >= 0.16 (PR #32852)
+    assert vllm_adapter.sixth_argument(vllm_like.rejection_sample_v015) == "probs"  # vLLM <= 0.15
+    assert vllm_adapter.sixth_argument(lambda *args: None) == "probs"  # no names to read: probabilities
+    assert vllm_adapter.sixth_argument(vllm_like.rejection_sample, "probs") == "probs"  # --adapter-arg wins
+    p = np.array([0.5, 0.0, 0.5])
+    logits = vllm_adapter.as_logits(p)
+    assert logits[1] == -np.inf and np.allclose(np.exp(logits) / np.exp(logits).sum(), p)
+
+
+@pytest.mark.parametrize("target", ["rejection_sample", "rejection_sample_v015"])
+def test_vllm_as_released_is_lossless_in_law_and_accepts_p0_at_u0(verifiers_dir, target):
+    # vLLM v1's `p / q >= u` (every release checked): the law is right, the boundary is not
+    result = _run(f"{verifiers_dir / 'vllm_like.py'}:{target}", ["markov-v4", "ragged-v4"], samples=3000, adapter="vllm")
+    assert result.exit_code() == ExitCode.CHECKS_FAILED
+    for s in result.scenarios:
+        by_name = {c.name: c for c in s.checks}
+        statistical = [c for c in s.checks if c.pvalue is not None]
+        assert statistical and all(c.status is Status.PASSED for c in statistical), _statuses(result)
+        assert by_name["adversarial-uniforms"].status is Status.FAILED
+        assert "p = 0" in by_name["adversarial-uniforms"].summary
+
+
+def test_vllm_probabilities_passed_as_logits_fail(verifiers_dir):
+    # the adapter before this change passed probabilities to vLLM >= 0.16, which softmaxes them again
+    result = _run(f"{verifiers_dir / 'vllm_like.py'}:rejection_sample_strict", ["markov-v4"], samples=3000,
+                  adapter="vllm", adapter_options={"target_input": "probs"})
+    assert result.exit_code() == ExitCode.CHECKS_FAILED
+    joint = next(c for c in result.scenarios[0].checks if c.name == "joint-law")
+    assert joint.status is Status.FAILED, _statuses(result)
 
 
 @pytest.mark.parametrize("bug", ["cu_exclusive", "cu_drop_last"])
@@ -229,7 +268,7 @@ def test_vllm_cu_off_by_one_fails(verifiers_dir, bug):
 
 
 def test_vllm_ngram_mode_needs_one_hot_drafts(verifiers_dir):
-    ok = _run(f"{verifiers_dir / 'vllm_like.py'}:rejection_sample", ["greedy-drafter"], samples=3000, adapter="vllm",
+    ok = _run(f"{verifiers_dir / 'vllm_like.py'}:rejection_sample_strict", ["greedy-drafter"], samples=3000, adapter="vllm",
               adapter_options={"draft_probs": "none"})
     assert ok.exit_code() == ExitCode.OK, _statuses(ok)
     bad = _run(f"{verifiers_dir / 'vllm_like.py'}:rejection_sample", ["markov-v4"], samples=100, adapter="vllm",

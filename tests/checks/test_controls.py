@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+from scenario_texts import ZIPF_V64  # a large-vocabulary scenario: per-prefix and PIT instead of the joint law
 
 import specaudit
 from specaudit.checks import CHECKS
@@ -24,18 +25,6 @@ from specaudit.verifiers.reference import verify as reference
 
 VERIFIERS = Path(__file__).resolve().parent.parent / "verifiers"
 
-#: A large-vocabulary scenario (no joint law): per-prefix and PIT run instead (as tests/scenario_texts.ZIPF_V64).
-ZIPF_V64 = """
-schema: 1
-name: zipf-v64
-tags: [large]
-vocab: 64
-k: 4
-length: 3
-samples: 6000
-target: {kind: zipf, exponent: 1.1, seed: 1}
-draft: {kind: zipf, exponent: 0.8, seed: 1}
-"""
 
 
 def k0_no_token(draft, q, p, num_draft, rng):

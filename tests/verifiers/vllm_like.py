@@ -3,8 +3,12 @@
 Written after vllm/v1/sample/rejection_sampler.py: per-request uniforms drawn with each request's
 ``torch.Generator`` (``uniform_(generator=...)``), recovered tokens by the exponential race
 ``argmax(max(p - q, 0) / E)`` with one ``E ~ Exp(1)`` vector per request, output int32
-[B, max_spec_len + 1] pre-filled with -1. ``rejection_sample`` is correct (strict accept test
-``u * q < p``); the others carry one bug each.
+[B, max_spec_len + 1] pre-filled with -1, and vLLM's own accept test
+``draft_prob > 0 and target_prob / draft_prob >= uniform`` (it accepts a draft of target
+probability 0 at a uniform of exactly 0: the boundary finding). ``rejection_sample`` has the
+signature of vLLM >= 0.16 (sixth argument ``target_logits``, softmaxed inside in float32, vLLM PR
+#32852); ``rejection_sample_v015`` the one before (``target_probs``). ``rejection_sample_strict``
+is the lossless control (``u * q < p``); the others carry one layout bug each.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ def _starts(cu: torch.Tensor) -> list[int]:
 
 def _rejection_sample(
     draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_probs,
-    bonus_token_ids, sampling_metadata, *, bounds=None, accept=None,
+    bonus_token_ids, sampling_metadata, *, bounds=None, accept=None, logits=False,
 ):
+    if logits:  # vLLM >= 0.16: rejection_sample takes the target logits and softmaxes them in float32
+        target_probs = target_probs.softmax(dim=-1, dtype=torch.float32)
     assert draft_token_ids.ndim == 1 and target_probs.ndim == 2 and cu_num_draft_tokens.ndim == 1
     batch = len(num_draft_tokens)
     num_tokens, vocab = target_probs.shape
@@ -44,7 +50,7 @@ def _rejection_sample(
     for b, g in gens.items():
         if num_draft_tokens[b] > 0:
             race[b].exponential_(generator=g)
-    accept = accept or (lambda u, dp, tp: u * dp < tp)
+    accept = accept or vllm_accepts
     for b in range(batch):
         start, end = starts[b], ends[b]
         rejected = False
@@ -70,32 +76,59 @@ def _rejection_sample(
     return out
 
 
-def rejection_sample(*args):
-    """Correct: vLLM's packed layout, lossless accept test."""
-    return _rejection_sample(*args)
+def vllm_accepts(u: float, dp: float, tp: float) -> bool:
+    """vLLM v1's accept test (rejection_random_sample_kernel): ``dp > 0 and tp / dp >= u``."""
+    return dp > 0 and tp / dp >= u
 
 
-def cu_exclusive(*args):
+def strict_accepts(u: float, dp: float, tp: float) -> bool:
+    """The lossless accept test ``u * q < p``: never accepts a draft of target probability 0."""
+    return u * dp < tp
+
+
+def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                     target_logits, bonus_token_ids, sampling_metadata):
+    """As released from vLLM 0.16 on: takes target logits; lossless in law, ``>=`` at the boundary."""
+    return _rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                             target_logits, bonus_token_ids, sampling_metadata, logits=True)
+
+
+def rejection_sample_v015(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                          target_probs, bonus_token_ids, sampling_metadata):
+    """As released up to vLLM 0.15: takes target probabilities; ``>=`` at the boundary."""
+    return _rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                             target_probs, bonus_token_ids, sampling_metadata)
+
+
+def rejection_sample_strict(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                            target_logits, bonus_token_ids, sampling_metadata):
+    """The >= 0.16 layout with the lossless accept test ``u * q < p``: passes every check."""
+    return _rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                             target_logits, bonus_token_ids, sampling_metadata, logits=True, accept=strict_accepts)
+
+
+def _exclusive(cu, num_tokens):
+    c = cu.tolist()
+    return c, c[1:] + [num_tokens]
+
+
+def _drop_last(cu, num_tokens):
+    c = cu.tolist()
+    starts = [0] + c[:-1]
+    return starts, [max(s, e - 1) for s, e in zip(starts, c)]
+
+
+def cu_exclusive(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_logits,
+                 bonus_token_ids, sampling_metadata):
     """Off by one: reads cu_num_draft_tokens as exclusive starts (as if it had a leading 0)."""
-
-    def bounds(cu, num_tokens):
-        c = cu.tolist()
-        return c, c[1:] + [num_tokens]
-
-    return _rejection_sample(*args, bounds=bounds)
+    return _rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                             target_logits, bonus_token_ids, sampling_metadata, logits=True, accept=strict_accepts,
+                             bounds=_exclusive)
 
 
-def cu_drop_last(*args):
+def cu_drop_last(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_logits,
+                 bonus_token_ids, sampling_metadata):
     """Off by one: request b's drafts end at cu[b] - 1, so its last draft is never verified."""
-
-    def bounds(cu, num_tokens):
-        c = cu.tolist()
-        starts = [0] + c[:-1]
-        return starts, [max(s, e - 1) for s, e in zip(starts, c)]
-
-    return _rejection_sample(*args, bounds=bounds)
-
-
-def ratio_ge(*args):
-    """vLLM's own comparison ``p / q >= u``: accepts a draft of target probability 0 when u = 0."""
-    return _rejection_sample(*args, accept=lambda u, dp, tp: dp > 0 and tp / dp >= u)
+    return _rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                             target_logits, bonus_token_ids, sampling_metadata, logits=True, accept=strict_accepts,
+                             bounds=_drop_last)
