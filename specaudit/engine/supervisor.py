@@ -167,6 +167,11 @@ class _Supervisor:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.dup2(2, 1)  # the verifier's prints go to stderr, never into the report on stdout
+            # An enable inherited from the parent (pytest's, say) would keep whatever crash handlers were
+            # installed over it since (Ray's driver installs its own): start from the default handlers.
+            faulthandler.disable()
+            for fatal in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT):
+                signal.signal(fatal, signal.SIG_DFL)
             faulthandler.enable(file=self.errfile, all_threads=False)
             faulthandler.register(signal.SIGUSR1, file=self.errfile, all_threads=False)
             guard.watch(self.board, 0)
