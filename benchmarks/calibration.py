@@ -21,7 +21,7 @@ What is simulated (no verifier is needed: under the null the counts follow known
 Output: one row per (scenario, check, level), the same pooled over scenarios per check, and a
 last line ``max ratio R (upper 99% bound U)`` over every row at ``10 alpha / m`` and every pooled
 row at ``alpha / m`` (a single row at ``alpha / m`` would need ~3e6 draws for a tight interval):
-R the largest ratio, U the largest upper bound. Goal (issue 15): R <= 1.1 and U <= 1.3.
+R the largest ratio, U the largest upper bound. Goal: R <= 1.1 and U <= 1.3.
 ``--quick`` runs the default suite plus the audit's worst case (sampling-temperature at 20k) with
 fewer draws, in under 2 minutes on 2 cores.
 """

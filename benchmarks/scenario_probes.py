@@ -1,4 +1,4 @@
-"""Cost of probing every simulated scenario (issue 14), and speed of the per-row adapter.
+"""Cost of probing every simulated scenario, and speed of the per-row adapter.
 
 1. The default suite with and without the contract probes on its simulated scenarios, side by
    side in one process, alternating, same seeds: seconds of each (best of ``--repeats``), the

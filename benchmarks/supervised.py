@@ -1,4 +1,4 @@
-"""Supervised-run overhead (issue 13): total / inside-verifier on markov-v4, in-process vs supervised child.
+"""Supervised-run overhead: total / inside-verifier on markov-v4, in-process vs supervised child.
 
 The supervisor (:mod:`specaudit.engine.supervisor`) runs the verifier in a forked child that writes
 a shared-memory clock at every timed call and sends one message per finished scenario; this prints

@@ -23,7 +23,7 @@ def _console(stderr: bool = False) -> Console:
     """Return a console honouring NO_COLOR and non-terminal output (no escape codes in files).
 
     Markup is off: every string printed is text (a verifier's message ``[/b]``, a scenario
-    ``list[int]``, a path); reporters style with ``rich.text.Text`` (issue 13).
+    ``list[int]``, a path); reporters style with ``rich.text.Text``.
     """
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 160  # files and pipes: wide, plain, no escape codes
@@ -181,7 +181,7 @@ def _shard_code(result: Any, code: ExitCode, shard: tuple[int, int]) -> ExitCode
     """Return a shard job's exit code: its verdicts are provisional, so only an error or an interrupt fails it.
 
     A sharded CI gates once, at `specaudit merge` (Holm over the whole run, suspects re-run): n jobs
-    each gating at the full alpha would multiply the false alarms (issue 13).
+    each gating at the full alpha would multiply the false alarms.
     """
     from specaudit.results import Status
 

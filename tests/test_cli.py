@@ -37,7 +37,7 @@ def test_run_settings_are_validated_before_the_run(cli):
 
 def test_merge_refuses_shards_run_with_different_settings(tmp_path, cli):
     base = ["run", "specaudit.verifiers.reference:verify", "-s", "markov-v4", "--samples", "2000", "-q", "--no-power",
-            "--seed", "1"]  # a seed with no SUSPECT: the merge gates suspects (issue 13)
+            "--seed", "1"]  # a seed with no SUSPECT: the merge gates suspects
     assert cli(*base, "--shard", "0/2", "--json", str(tmp_path / "a.json")).exit_code == ExitCode.OK
     assert cli(*base, "--shard", "1/2", "--method", "g", "--json", str(tmp_path / "b.json")).exit_code == ExitCode.OK
     res = cli("merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"))

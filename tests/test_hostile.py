@@ -1,4 +1,4 @@
-"""Hostile verifiers and inputs: nothing a verifier does can end, hang or turn green the run (issue 13).
+"""Hostile verifiers and inputs: nothing a verifier does can end, hang or turn green the run.
 
 One table of faults (tests/verifiers/hostile/): each is run through the CLI (click's CliRunner, so
 the supervisor forks from this process) and must end with the exact exit code, say what happened,

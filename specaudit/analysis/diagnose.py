@@ -65,7 +65,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "accept-length": ("observed_first", "expected_first"),
 }
 #: A failure "looks like" a mutant when the cosine similarity of the patterns reaches this; below it
-#: the report says that no known mutant matches (issue 14: 0.6-0.8 matches were named as if they fit).
+#: the report says that no known mutant matches (0.6-0.8 matches were named as if they fit).
 MIN_SIMILARITY = 0.8
 #: A simulated mutant whose own deviation from the exact law has a p-value above this is
 #: indistinguishable from a lossless verifier on the scenario and is not a candidate.

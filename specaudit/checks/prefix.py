@@ -158,7 +158,7 @@ class PlannedNode:
 
         Under the null the node's count is Binomial-like around ``planned`` with sd <= sqrt(planned);
         merging for ``planned - 4 sd`` (at least half the plan) keeps every group near its minimum
-        expected count even when the observed total falls short of the plan (issue 15).
+        expected count even when the observed total falls short of the plan.
         """
         return max(self.planned - 4.0 * np.sqrt(self.planned), 0.5 * self.planned)
 

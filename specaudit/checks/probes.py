@@ -4,7 +4,7 @@ Statistics catch distribution bugs; many real bugs are exact (notes/peers.md) an
 call with the right input. A scenario with ``mode: exact`` (the shipped ``corners`` is in the
 default suite) runs every probe below instead of a simulation, on its vocab, k and chains:
 target rows give p, drafter rows give q. Every simulated chain scenario also runs
-:data:`SCENARIO_PROBES` with its own chains (:func:`run_scenario_probes`, issue 14): the contract
+:data:`SCENARIO_PROBES` with its own chains (:func:`run_scenario_probes`): the contract
 probes and the corners its inputs reach, so ``specaudit run X -s markov-v4`` checks determinism
 and input mutation too. Each probe is a handful of small verifier calls; every call is validated
 against the contract (``contract.validate_output``), its inputs are compared with copies taken
@@ -466,7 +466,7 @@ def _determinism(pr: Prober) -> CheckResult:
         first = pr.call(inputs.copy(), g)
         drew |= g.bit_generator.state != state
         outputs[label] = first
-        if label != "ragged":  # the same-seed clause is tested once, on the ragged rows (probe cost, issue 14)
+        if label != "ragged":  # the same-seed clause is tested once, on the ragged rows (probe cost)
             break
         second = pr.call(inputs.copy(), np.random.default_rng(seeds[0]))
         b = _same(first, second)

@@ -61,9 +61,16 @@ def constant(fit: stats.GoodnessOfFit) -> bool:
     """Return True when a fit's p-value is 1 whatever was observed (0 df, no impossible outcome).
 
     Such a check passes without a p-value, so it stays out of the run's Holm family: counting it
-    would make m larger and every other check's level smaller for nothing (issue 15).
+    would make m larger and every other check's level smaller for nothing.
     """
     return fit.df == 0 and not fit.impossible
+
+
+def _fit_result(name: str, category: Category, fit: stats.GoodnessOfFit, summary: str, data: dict) -> CheckResult:
+    """Return a goodness-of-fit check's result: PENDING with its p-value, or PASSED when it is constant."""
+    if constant(fit):
+        return CheckResult(name, category, Status.PASSED, summary + NOTHING_TO_TEST, data=data)
+    return CheckResult(name, category, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data)
 
 
 def _cell_label(index: int, vocab: int, length: int) -> list[int]:
@@ -113,11 +120,7 @@ def joint_law(m: Measured) -> CheckResult | None:
     summary = f"{name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f} (null ~{fit.tv_null:.4f})"
     if fit.impossible:
         summary = f"{fit.impossible} sequences of target probability 0 were emitted; " + summary
-    if constant(fit):
-        return CheckResult("joint-law", Category.DISTRIBUTION, Status.PASSED, summary + NOTHING_TO_TEST, data=data)
-    return CheckResult(
-        "joint-law", Category.DISTRIBUTION, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
-    )
+    return _fit_result("joint-law", Category.DISTRIBUTION, fit, summary, data)
 
 
 def tokens_per_step(m: Measured) -> CheckResult | None:
@@ -181,11 +184,7 @@ def accept_length(m: Measured) -> CheckResult | None:
     summary = f"first-round accepted counts: {name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f}"
     if fit.impossible:
         summary = f"{fit.impossible} rounds accepted a count of probability 0; " + summary
-    if constant(fit):
-        return CheckResult("accept-length", Category.EFFICIENCY, Status.PASSED, summary + NOTHING_TO_TEST, data=data)
-    return CheckResult(
-        "accept-length", Category.EFFICIENCY, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data
-    )
+    return _fit_result("accept-length", Category.EFFICIENCY, fit, summary, data)
 
 
 def wants_joint(scenario: Scenario) -> bool:

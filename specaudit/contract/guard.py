@@ -7,7 +7,7 @@ own traceback frames and where a timed-out call was stopped, and never as an int
 Whatever the verifier raises is its own fault, BaseException included: ``sys.exit(0)`` (SystemExit),
 GeneratorExit, and a KeyboardInterrupt it raises itself; only a real SIGINT (the flag
 :func:`user_interrupted`, set by the handler :func:`catch_interrupts` installs) goes through as the
-user's Ctrl-C (issue 13).
+user's Ctrl-C.
 
 What Python cannot catch (``os._exit``, a segfault, a loop that swallows every exception past
 the timeout) is contained one level up, by the supervisor (:mod:`specaudit.engine.supervisor`):

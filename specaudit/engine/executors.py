@@ -264,7 +264,7 @@ def measure_units(
                     if not ex.broken(exc):
                         raise
                     # a worker died (the verifier called os._exit, or was killed by a signal): every scenario
-                    # with blocks in flight may be the one; each is an ERROR, never a pass (issue 13)
+                    # with blocks in flight may be the one; each is an ERROR, never a pass
                     hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
                     pending.clear()
                     ex.close()

@@ -9,7 +9,7 @@ Holm, power, diagnosis): the counts, p-values and verdicts are those of the unsh
 the same seed. The merge is the gate of a sharded run (a shard's own verdicts are provisional):
 a SUSPECT scenario is re-run as ``specaudit run`` would (fresh seed, 4x the samples, supervised)
 when the merge is given the verifier (``specaudit merge --rerun TARGET``); without it a SUSPECT
-stays suspect and the merge exits 1, "suspect: re-run with more samples" (issue 13: a merge
+stays suspect and the merge exits 1, "suspect: re-run with more samples" (a merge
 must never pass what the unsharded run would have looked at twice).
 """
 

@@ -103,7 +103,7 @@ def apply_holm(
     pvalues = np.array([scenarios[i].checks[j].pvalue for i, j in flat], dtype=np.float64)
     gates = np.array([scenarios[i].checks[j].gate for i, j in flat], dtype=bool)
     adjusted = np.empty(len(flat))
-    for family in (gates, ~gates):  # checks reported only are their own family: never shrink a gate's level (issue 15)
+    for family in (gates, ~gates):  # checks reported only are their own family: never shrink a gate's level
         adjusted[family] = holm(pvalues[family])
     new = [list(s.checks) for s in scenarios]
     for (i, j), adj in zip(flat, adjusted):

@@ -49,7 +49,7 @@ def scenario_seed(run_seed: int | None, loaded: LoadedScenario) -> int:
     """Return the simulation seed, derived from the run seed (else the scenario's own) and its content.
 
     The content hash is mixed in either way, so scenarios never share the verifier's uniforms,
-    even when every scenario file keeps the default ``seed: 0`` (issue 15).
+    even when every scenario file keeps the default ``seed: 0``.
     """
     base = loaded.spec.seed if run_seed is None else run_seed
     mixed = np.random.SeedSequence([base, int(loaded.spec.content_hash(), 16)])

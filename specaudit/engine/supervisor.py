@@ -5,7 +5,7 @@ resolves the scenarios, then forks a child that loads the target, binds it and m
 scenarios one after another, sending each finished ScenarioResult back through a pipe (no message
 per verifier call: the per-call overhead is that of an in-process run). Whatever the verifier does
 to its process becomes an ERROR of the scenario it was running, and the run goes on with the
-remaining scenarios in a fresh child (issue 13):
+remaining scenarios in a fresh child:
 
 - ``os._exit(N)`` or ``exit()`` from C: "the verifier ended the process with os._exit(N)";
 - a signal (SIGSEGV, SIGABRT from ``abort()``, SIGKILL from the OOM killer): "killed by signal 11

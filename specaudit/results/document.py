@@ -80,7 +80,7 @@ def to_document(result: RunResult) -> dict[str, Any]:
     for f in dataclasses.fields(result):
         if f.name not in _APART:
             doc[f.name] = _plain(getattr(result, f.name))
-    # a reader must never see a verdict or exit code 0 before the run has ended (issue 13)
+    # a reader must never see a verdict or exit code 0 before the run has ended
     if result.interrupted:
         doc["status"], doc["exit_code"] = "interrupted", int(result.exit_code())
     elif result.partial:

@@ -4,7 +4,7 @@ Goodness of fit
     :func:`goodness_of_fit` (Pearson's X^2 or G^2 with cells merged before sampling,
     :func:`merge_groups`), :func:`tv_distance`, :func:`expected_tv_null`, :func:`divergence`;
     p-values from the exact multinomial null, :func:`null_law` (:class:`NullLaw`), not the
-    chi-square limit (issue 15: the limit under-states the tail Holm reads).
+    chi-square limit (the limit under-states the tail Holm reads).
 Ratio of means and multiplicity
     :func:`ratio_test` (tokens per step by the delta method), :func:`holm`.
 Distribution tails

@@ -428,7 +428,7 @@ def null_law(expected: np.ndarray, method: str = "pearson") -> NullLaw:
     -----
     The chi-square law with ``k - 1`` df is only the limit: with groups expecting ~5 its tail,
     read at alpha / m after Holm (~3e-5), is too light, and a correct verifier is rejected up to
-    twice as often as stated (issue 15; ``benchmarks/calibration.py``). The counts are taken as
+    twice as often as stated (``benchmarks/calibration.py``). The counts are taken as
     independent Poisson(E_g), whose per-group term cumulants are exact (closed form for Pearson,
     a pmf sum for G^2), and conditioning on the total is accounted for by removing one chi-square(1)
     (cumulants 1, 2, 8): this gives Pearson's exact mean ``k - 1`` and Haldane's variance

@@ -152,7 +152,7 @@ def _effect(pg: np.ndarray, rg: np.ndarray, r0: float, law_samples: int | None) 
     For a law simulated from ``law_samples`` sequences, ``w^2`` is bias-corrected and taken at its
     lower 99.9% confidence bound: ``m w2_hat`` is about noncentral chi-square(G - 1, m w^2) less
     its df, so its sd is ``sqrt(2 (G - 1) + 4 m w^2) / m``. A law equal to the target's then gets
-    ``w^2 = 0`` (power alpha) except with probability ~1e-3 (issue 15: simulation noise was
+    ``w^2 = 0`` (power alpha) except with probability ~1e-3 (simulation noise was
     counted as effect, "power 0.980" against a mutant whose law is the target's).
     """
     rc = rg / rg.sum() if rg.sum() > 0 else pg

@@ -323,7 +323,7 @@ def test_cli_adapter_options_and_listing(verifiers_dir):
     assert bad.exit_code == int(ExitCode.USAGE_ERROR) and "without an adapter" in bad.output
 
 
-# ---- every built-in adapter routes every global RNG (issue 14) ------------------------------------
+# ---- every built-in adapter routes every global RNG ------------------------------------
 
 
 def test_torch_adapter_routes_numpy_global_and_python_random():

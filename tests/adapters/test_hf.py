@@ -65,7 +65,7 @@ def test_same_rng_same_output_and_torch_state_untouched():
 
 
 def test_hf_passes_distribution_checks_small_and_every_scenario_probe_finds_its_boundary_rule():
-    # issue 14: each simulated scenario also runs the contract probes, so HF's `r <= p/q` is found on
+    # each simulated scenario also runs the contract probes, so HF's `r <= p/q` is found on
     # hf-ragged-v4 itself, not only where `corners` is run; every statistical check passes
     result = specaudit.run("hf-transformers", _sc("hf-ragged-v4", "hf-peaked-v8"), samples=3000, seed=4, diagnose=False)
     assert result.settings["adapter"] == "hf"
@@ -109,4 +109,4 @@ def test_hf_suite_at_shipped_sizes():
     result = specaudit.run("hf-transformers", ["tag:hf"], seed=0)
     bad = [(s.name, c.name) for s in result.scenarios for c in s.checks
            if c.status is not Status.PASSED and c.name != "adversarial-uniforms" and c.gate]
-    assert not bad, bad  # HF's `r <= p/q` fails adversarial-uniforms on every scenario (issue 14)
+    assert not bad, bad  # HF's `r <= p/q` fails adversarial-uniforms on every scenario

@@ -1,4 +1,4 @@
-"""The per-row adapter: a batch-1 verifier driven row by row, every global RNG routed (issue 14)."""
+"""The per-row adapter: a batch-1 verifier driven row by row, every global RNG routed."""
 
 import re
 from pathlib import Path

@@ -59,7 +59,7 @@ def test_diagnosis_can_be_turned_off_and_takes_a_provider():
     assert found is not None and found.best is None and found.candidates == () and calls
 
 
-# ---- honest diagnosis (issue 14) -------------------------------------------------------------------
+# ---- honest diagnosis -------------------------------------------------------------------
 
 
 def _failed_joint(obs, exp, category="distribution"):

@@ -42,7 +42,7 @@ def test_power_against_matches_scipy_ncx2():
     n, alpha = 20_000, 1e-3
     assert (p * n >= 5).all()  # no merging: the groups are the cells
     lam = n * np.sum((r - p) ** 2 / p)
-    # read at the check's own critical value (exact-null tail, issue 15): at least chi-square's
+    # read at the check's own critical value (exact-null tail): at least chi-square's
     crit = spower.critical_value(p * n, alpha)
     assert crit >= sps.chi2.isf(alpha, 9)
     expected = sps.ncx2.sf(crit, 9, lam)
@@ -194,7 +194,7 @@ def test_run_reports_power_per_scenario():
     by = {s.name: s for s in result.scenarios}
     sens = by["seed-context-free"].info["sensitivity"]
     # 3 + 1: zero-drafts' accept-length (one group) and tokens-per-step (one possible value) have a
-    # constant p-value, so they are exact checks outside Holm's family (issue 15)
+    # constant p-value, so they are exact checks outside Holm's family
     assert sens["tests"] == 4 and sens["alpha"] == pytest.approx(1e-3 / 4)
     zero = {c.name: c for c in by["zero-drafts"].checks}
     assert zero["accept-length"].pvalue is None and zero["tokens-per-step"].pvalue is None

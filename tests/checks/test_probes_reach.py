@@ -1,4 +1,4 @@
-"""Probes that reach every verifier (issue 14): every simulated scenario is probed, every RNG routed.
+"""Probes that reach every verifier: every simulated scenario is probed, every RNG routed.
 
 Positive controls (the reference, a routed numpy-global verifier, a greedy verifier on a greedy
 scenario) pass; each broken verifier of tests/verifiers/rng_sources.py fails the probe that names

@@ -99,7 +99,7 @@ def test_raising_verifier_errors_each_scenario_including_corners(verifiers_dir):
     result = specaudit.run(f"{verifiers_dir / 'broken.py'}:raises", ["corners", "seed-context-free"], samples=500, diagnose=False)
     assert result.exit_code() == ExitCode.CHECKS_FAILED and len(result.scenarios) == 2
     for s in result.scenarios:
-        if s.error is None:  # the exact probes record a crash in each probe's check (issue 14)
+        if s.error is None:  # the exact probes record a crash in each probe's check
             assert s.status is Status.ERROR and "out of shared memory" in s.checks[0].summary
             continue
         assert s.error.kind == "crash" and "out of shared memory" in s.error.message

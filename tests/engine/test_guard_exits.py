@@ -1,4 +1,4 @@
-"""The guard contains what Python raises (issue 13): sys.exit, the verifier's own KeyboardInterrupt, GeneratorExit.
+"""The guard contains what Python raises: sys.exit, the verifier's own KeyboardInterrupt, GeneratorExit.
 
 Only a real SIGINT (the flag set by `catch_interrupts`' handler) goes through as the user's Ctrl-C.
 These run in this process (the Python API); tests/test_hostile.py covers the supervised CLI.

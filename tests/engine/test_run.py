@@ -68,7 +68,7 @@ def test_ragged_bonus_position_matters():
     bad = specaudit.run("specaudit.verifiers.zoo.chain:bonus_from_last", ["ragged-v4", "markov-v4"])
     by_name = {s.name: s for s in bad.scenarios}
     assert by_name["ragged-v4"].status is Status.FAILED
-    # statistically it shows on ragged rows only; the padding probe every scenario runs (issue 14) catches it anywhere
+    # statistically it shows on ragged rows only; the padding probe every scenario runs catches it anywhere
     assert all(c.status is Status.PASSED for c in by_name["markov-v4"].checks if c.statistical)
     assert by_name["markov-v4"].check("padding-independence").status is Status.FAILED
 

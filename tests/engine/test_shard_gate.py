@@ -1,4 +1,4 @@
-"""Sharded CI gates once (issue 13): a shard job passes unless it errored; the merge never passes a SUSPECT."""
+"""Sharded CI gates once: a shard job passes unless it errored; the merge never passes a SUSPECT."""
 
 import json
 from pathlib import Path

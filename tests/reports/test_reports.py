@@ -31,7 +31,7 @@ def test_run_writes_json_html_junit_and_report_rerenders_the_same(tmp_path, cli)
     root = ET.parse(out["xml"]).getroot()
     cases = root.findall(".//testcase")
     assert [c.get("name") for c in cases][:3] == ["joint-law", "tokens-per-step", "accept-length"]
-    assert "determinism" in [c.get("name") for c in cases]  # the scenario's contract probes (issue 14)
+    assert "determinism" in [c.get("name") for c in cases]  # the scenario's contract probes
     props = {p.get("name"): p.get("value") for p in cases[0].find("properties")}
     assert float(props["pvalue"]) == json.loads(out["json"].read_text())["scenarios"][0]["checks"][0]["pvalue"]
     assert "statistic" in props and props["df"] and root.get("failures") == "0"
@@ -110,7 +110,7 @@ def test_junit_failures_errors_and_properties():
     doc = document(failing())
     root = ET.fromstring(junit.render(from_document(doc)))
     cases = root.findall(".//testcase")
-    assert len(cases) == sum(len(s["checks"]) for s in doc["scenarios"]) == 2 * (3 + 6)  # 3 statistical + 6 probes (issue 14)
+    assert len(cases) == sum(len(s["checks"]) for s in doc["scenarios"]) == 2 * (3 + 6)  # 3 statistical + 6 probes
     failures = [c for c in cases if c.find("failure") is not None]
     assert {c.get("name") for c in failures} >= {"joint-law"}
     text = failures[0].find("failure").text

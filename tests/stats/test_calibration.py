@@ -1,4 +1,4 @@
-"""Calibration of the count statistics' p-values in the tail Holm reads (issue 15).
+"""Calibration of the count statistics' p-values in the tail Holm reads.
 
 Positive control: the p-values of `gof.null_law` reject a draw from the exact null at the stated
 rate far in the tail. Negative control, side by side: the plain chi-square tail, on the same

@@ -15,7 +15,7 @@ def test_pearson_equals_scipy_chisquare_when_no_merging():
     ref = sps.chisquare(observed, probs * observed.sum())  # independent: scipy
     assert fit.groups == 12 and fit.df == 11
     assert fit.statistic == pytest.approx(ref.statistic, rel=1e-12)
-    # the p-value is the chi-square tail corrected for finite expected counts (issue 15): close to
+    # the p-value is the chi-square tail corrected for finite expected counts: close to
     # scipy's in the bulk, and equal to it in the large-count limit
     assert fit.pvalue == pytest.approx(ref.pvalue, rel=0.05, abs=1e-3)
     big = stats.null_law(probs * 1e9)

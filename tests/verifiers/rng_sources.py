@@ -1,4 +1,4 @@
-"""Verifiers that draw from somewhere other than the rng they are given (issue 14), and wrappers.
+"""Verifiers that draw from somewhere other than the rng they are given, and wrappers.
 
 Each is the chain rule (Leviathan et al. 2023, Alg. 1) written over a ``coin(shape)`` uniform
 source; only where the uniforms come from differs. ``leq=True`` accepts when ``u <= p/q`` (as
@@ -54,7 +54,7 @@ def _torch_coin(shape):
     return torch.rand(*shape, dtype=torch.float64).numpy()
 
 
-# ---- the four that must fail `-s markov-v4` (issue 14, done-when) -----------------------------
+# ---- the four that must fail `-s markov-v4` -----------------------------------------
 
 
 def numpy_global(draft, q, p, num_draft, rng):
@@ -114,7 +114,7 @@ def numpy_global_routed(draft, q, p, num_draft, rng):
         return numpy_global(draft, q, p, num_draft, rng)
 
 
-# ---- wrappers over a `u <= p/q` verifier on a framework RNG (issue 14, done-when) --------------
+# ---- wrappers over a `u <= p/q` verifier on a framework RNG --------------------------
 
 
 def python_leq(draft, q, p, num_draft, rng):

@@ -1,6 +1,6 @@
 """Hostile verifiers for tests/test_hostile.py: each is the reference, except on vocabulary 8 (peaked-v8).
 
-There each one attacks the process that runs it in one way (issue 13): exits, signals, swallowed
+There each one attacks the process that runs it in one way: exits, signals, swallowed
 timeouts, forks, closed streams, floods of output, exceptions whose text looks like markup.
 ``SPECAUDIT_HOSTILE_PIDS``, when set, names a file where a verifier that starts processes writes
 their pids, so a test can check that none is left behind.
