@@ -210,10 +210,13 @@ def merge(shards: tuple[str, ...], json_path: str | None, rerun_target: str | No
     Counts, p-values and verdicts equal those of the unsharded run; exits like `run`, except that a
     SUSPECT scenario exits 1 ("suspect: re-run with more samples") unless --rerun TARGET settled it.
     """
+    from specaudit.contract.targets import check_target
     from specaudit.engine.merge import merge_documents, unsettled_suspects
     from specaudit.results import document
 
     json_path, html_path, junit_path = _outputs(json_path, html_path, junit_path)
+    if rerun_target is not None:  # a typo must not wait for the first SUSPECT to show
+        check_target(rerun_target)
     result = merge_documents([document.read_document(p) for p in shards], list(shards), rerun=rerun_target)
     code = _publish(result, json_path, html_path, junit_path, None, verbose - quiet)
     suspects = unsettled_suspects(result)

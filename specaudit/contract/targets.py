@@ -173,10 +173,20 @@ def load_target(spec: str) -> Callable[..., Any]:
     return obj
 
 
-def load_object(spec: str) -> Any:
-    """Return the object named by ``spec`` (``pkg.mod:attr``, ``file.py:attr``, an alias or ``mutant:NAME``)."""
+def _is_file(module_part: str) -> bool:
+    return module_part.endswith(".py") or "/" in module_part or "\\" in module_part
+
+
+def check_target(spec: str) -> tuple[str, str]:
+    """Return (module or file, attribute path) that ``spec`` names, after the checks that run none of its code.
+
+    A malformed TARGET, a missing file, a top-level module that is not installed and an unknown
+    ``mutant:NAME`` are TargetLoadErrors (exit 4) here, before a run or a merge starts; importing
+    the module (and what its code does then) is left to :func:`load_object`.
+    """
     if spec.startswith(MUTANT_PREFIX):
-        return _load_mutant(spec[len(MUTANT_PREFIX):])
+        _load_mutant(spec[len(MUTANT_PREFIX):])
+        return spec, ""
     spec = import_string(spec)
     module_part, sep, attr_part = spec.rpartition(":")
     if not sep or not module_part or not attr_part:
@@ -184,13 +194,27 @@ def load_object(spec: str) -> Any:
             f"TARGET {spec!r} must look like 'package.module:function' or 'path/to/file.py:function'"
             f"{closest(spec, ALIASES)}; aliases: {', '.join(sorted(ALIASES))}"
         )
-    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
-        path = Path(module_part)
-        if not path.is_file():
+    if _is_file(module_part):
+        if not Path(module_part).is_file():
             raise TargetLoadError(f"file {module_part!r} not found (TARGET {spec!r})")
-        module = _import_file(path)
-    else:
-        module = _import_module(module_part)
+        return module_part, attr_part
+    top = module_part.partition(".")[0]
+    if importlib.util.find_spec(top) is None:  # a top-level name: found without running any code
+        hint = INSTALL_HINTS.get(top)
+        if hint:
+            raise TargetLoadError(f"module {top!r} not found (needed by {module_part!r}): it is optional; {hint}")
+        raise TargetLoadError(
+            f"module {module_part!r} not found (is it installed, or on PYTHONPATH?); for a file write path/to/file.py:attr"
+        )
+    return module_part, attr_part
+
+
+def load_object(spec: str) -> Any:
+    """Return the object named by ``spec`` (``pkg.mod:attr``, ``file.py:attr``, an alias or ``mutant:NAME``)."""
+    if spec.startswith(MUTANT_PREFIX):
+        return _load_mutant(spec[len(MUTANT_PREFIX):])
+    module_part, attr_part = check_target(spec)
+    module = _import_file(Path(module_part)) if _is_file(module_part) else _import_module(module_part)
     obj: Any = module
     for part in attr_part.split("."):
         if not hasattr(obj, part):

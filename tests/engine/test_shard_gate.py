@@ -58,3 +58,25 @@ def test_a_shard_job_fails_only_when_it_errored(tmp_path):
     crashed = runner.invoke(main, ["run", f"{HOSTILE}:exit1", "-s", "peaked-v8", "--samples", "2000",
                                    "--shard", "0/2", "--no-power", "-q"])
     assert crashed.exit_code == ExitCode.CHECKS_FAILED, crashed.output
+
+
+def test_merge_rerun_target_is_checked_before_the_merge(tmp_path):
+    runner = CliRunner()
+    small = ["-s", "markov-v4", "--samples", "2000", "--seed", "1", "--no-power", "-q"]
+    paths = []
+    for i in (0, 1):
+        paths.append(str(tmp_path / f"s{i}.json"))
+        assert runner.invoke(main, ["run", "reference", *small, "--shard", f"{i}/2", "--json", paths[-1]]).exit_code == 0
+    for target, message in (
+        ("no.such.module:verify", "module 'no.such.module' not found"),
+        (str(tmp_path / "absent.py") + ":verify", "absent.py' not found"),
+        ("mutant:no_such_bug", "unknown mutant 'no_such_bug'"),
+        ("no-colon", "must look like 'package.module:function'"),
+    ):
+        out = tmp_path / "m.json"
+        res = runner.invoke(main, ["merge", *paths, "--rerun", target, "--json", str(out)])
+        # a typo is a usage error at once, even though no scenario is SUSPECT (nothing would load it)
+        assert res.exit_code == ExitCode.USAGE_ERROR, (target, res.output)
+        assert message in res.output and not out.exists(), (target, res.output)
+    ok = runner.invoke(main, ["merge", *paths, "--rerun", "reference"])
+    assert ok.exit_code == ExitCode.OK, ok.output
