@@ -199,7 +199,7 @@ def check_target(spec: str) -> tuple[str, str]:
             raise TargetLoadError(f"file {module_part!r} not found (TARGET {spec!r})")
         return module_part, attr_part
     top = module_part.partition(".")[0]
-    if importlib.util.find_spec(top) is None:  # a top-level name: found without running any code
+    if top not in sys.modules and importlib.util.find_spec(top) is None:  # found without running any code
         hint = INSTALL_HINTS.get(top)
         if hint:
             raise TargetLoadError(f"module {top!r} not found (needed by {module_part!r}): it is optional; {hint}")

@@ -1,6 +1,6 @@
-/* Compiled hot path of the simulator for tabular chains: see specaudit/kernels.py.
+/* Compiled hot path of the simulator for tabular chains: see specaudit/simulate/kernels.py.
  *
- * Two functions, begin() and end(), do per row what specaudit/simulate.py's numpy code does per
+ * Two functions, begin() and end(), do per row what specaudit/simulate/chain.py's numpy code does per
  * array, with the same inputs (the random draws are made in Python, by the same generator calls)
  * and the same float64 arithmetic, so the results are identical. Arrays are taken through the
  * buffer protocol and must be C-contiguous with 8-byte items (int64 or float64); shapes are
