@@ -3,6 +3,8 @@
 1. The default suite with and without the contract probes on its simulated scenarios, side by
    side in one process, alternating, same seeds: seconds of each (best of ``--repeats``), the
    probes' own verifier calls and seconds, and the ratio (with / without). Goal: <= 1.05.
+   Then, per scenario, how far the adversarial probe's scripted draws reached (coins per
+   phase, draws per torch op, real generators that advanced).
 2. The per-row adapter (``--adapter per-row``) on a numpy batch-1 verifier: rows per second at
    one batch of the markov-v4 scenario's shape (V = 4, K = 3), against the vectorised reference.
 
@@ -42,14 +44,14 @@ def suite_cost(target: str, repeats: int) -> None:
     for i in range(repeats):
         t0, c0 = time.perf_counter(), _cpu()
         with mock.patch("specaudit.engine.scenario.probes.run_scenario_probes", lambda *a, **k: probes.ExactOutcome(())):
-            specaudit.run(target, suite, seed=i, diagnose=False)
+            specaudit.run(target, suite, seed=i, diagnose=False, supervised=False)  # in-process: the mock applies
         without.append(time.perf_counter() - t0)
         cpu_without.append(_cpu() - c0)
         seen: list[tuple[probes.ExactOutcome, float]] = []
         counted = _counting(seen)
         t0, c0 = time.perf_counter(), _cpu()
         with mock.patch("specaudit.engine.scenario.probes.run_scenario_probes", counted):
-            r = specaudit.run(target, suite, seed=i, diagnose=False)
+            r = specaudit.run(target, suite, seed=i, diagnose=False, supervised=False)
         with_probes.append(time.perf_counter() - t0)
         cpu_with.append(_cpu() - c0)
         probe_wall.append(sum(w for _, w in seen))
@@ -64,6 +66,20 @@ def suite_cost(target: str, repeats: int) -> None:
     print(f"  ratio with / without, wall (best of each): {min(with_probes) / min(without):.3f}; CPU: "
           f"{min(cpu_with) / min(cpu_without):.3f}; probes' own wall / suite without: "
           f"{1 + min(probe_wall) / min(without):.3f}  (goal <= 1.05)")
+    reach(r)
+
+
+def reach(result) -> None:
+    """Print, per scenario, what the adversarial probe found and how far its scripted draws reached."""
+    print("per-scenario reach of adversarial-uniforms (scripted coins per phase; draws per torch op; bypassed sources):")
+    for s in result.scenarios:
+        adv = s.check("adversarial-uniforms")
+        if adv is None:
+            print(f"  {s.name:24s} not probed")
+            continue
+        data = adv.data or {}
+        extra = "".join(f"; {k} {v}" for k, v in (("ops", data.get("op_draws")), ("bypassed", data.get("bypassed"))) if v)
+        print(f"  {s.name:24s} {adv.status.name.lower():8s} coins {data.get('coins')}{extra}")
 
 
 def _counting(seen: list[tuple[probes.ExactOutcome, float]]):

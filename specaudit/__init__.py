@@ -10,7 +10,7 @@ of broken verifiers that the same tests must catch).
 Public names
 ------------
 
-   run              -- audit a verifier on scenarios; returns a `RunResult` (specaudit.engine.run)
+   run              -- audit a verifier on scenarios; returns a `RunResult` (specaudit.engine.api)
    assert_lossless  -- the same, raising an AssertionError with a summary (pytest-friendly)
    Scenario         -- a validated scenario (specaudit.scenarios.schema)
    load_scenario    -- read one scenario file (specaudit.scenarios.loading)
@@ -25,8 +25,9 @@ Folders, each answering one question (top to bottom: a folder imports only from 
 
    cli, pytest_plugin  -- the two entry points: parse, call the engine, render, exit
    reports/            -- how is a RunResult shown? terminal, JSON, HTML and plots, JUnit, GitHub
-   engine/             -- how does a run go? settings, scenarios in blocks, executors, shard merge,
-                          selftest; returns data, never prints
+   engine/             -- how does a run go? the Python API (supervised by default), settings,
+                          scenarios in blocks, executors, the supervisor, shard merge, selftest;
+                          returns data, never prints
    analysis/           -- what could the run have caught, and what does a failure look like?
                           mutant laws, power and plans, diagnosis, baselines
    checks/             -- which properties are tested, and how? one registry of statistical
@@ -56,7 +57,7 @@ from specaudit.results import CheckResult, RunResult, ScenarioResult, Status
 # The engine (numpy, scipy, pydantic) loads on first use (PEP 562): `import specaudit` and the
 # pytest plugin, which pytest imports in every session, stay cheap (benchmarks/plugin_import.py).
 _LAZY = {
-    "run": "specaudit.engine.run",
+    "run": "specaudit.engine.api",
     "Scenario": "specaudit.scenarios.schema",
     "load_scenario": "specaudit.scenarios.loading",
     "assert_lossless": "specaudit.pytest_plugin",

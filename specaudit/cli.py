@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +29,8 @@ def _console(stderr: bool = False) -> Console:
     ``list[int]``, a path); reporters style with ``rich.text.Text``.
     """
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 160  # files and pipes: wide, plain, no escape codes
+    # files and pipes: wide, plain, no escape codes; COLUMNS, when set, wins (rich reads it for width=None)
+    width = None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
     return Console(stderr=stderr, no_color="NO_COLOR" in os.environ, highlight=False, markup=False, width=width)
 
 
@@ -59,6 +63,71 @@ class _Group(click.Group):
             _fail(exc)
 
 
+#: The most sequences a run may ask per scenario (the scenario schema's bound on ``samples``).
+MAX_SAMPLES = 10**9
+#: Seeds are numpy SeedSequence entropy: non-negative, at most 2**64 - 1 here.
+MAX_SEED = 2**64 - 1
+
+
+class _Count(click.ParamType):
+    """A whole number in [lo, hi], written ``200000``, ``200_000``, ``200,000`` or ``2e5``."""
+
+    name = "integer"
+
+    def __init__(self, lo: int, hi: int, example: str):
+        self.lo, self.hi, self.example = lo, hi, example
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip().replace("_", "").replace(",", "")
+            try:
+                number = int(text)
+            except ValueError:
+                try:
+                    as_float = float(text)
+                except ValueError:
+                    as_float = math.nan
+                if not (math.isfinite(as_float) and as_float == int(as_float)):
+                    self.fail(f"{value!r} is not a whole number; allowed: {self._range()}, e.g. {self.example}", param, ctx)
+                number = int(as_float)
+        if not self.lo <= number <= self.hi:
+            self.fail(f"{value}; allowed: {self._range()}, e.g. {self.example}", param, ctx)
+        return number
+
+    def _range(self) -> str:
+        hi = f"{self.hi:,}" + (f" ({self.hi:.0e})".replace("e+0", "e").replace("e+", "e") if self.hi >= 10**6 and self.hi < 2**32 else "")
+        return f"an integer {self.lo:,} .. {hi}"
+
+
+class _Real(click.ParamType):
+    """A finite number in a range (``lo < x`` or ``lo <= x``, ``x < hi`` or ``x <= hi``)."""
+
+    name = "number"
+
+    def __init__(self, lo: float, hi: float, lo_open: bool, hi_open: bool, example: str):
+        self.lo, self.hi, self.lo_open, self.hi_open, self.example = lo, hi, lo_open, hi_open, example
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        low_ok = number > self.lo if self.lo_open else number >= self.lo
+        high_ok = number < self.hi if self.hi_open else number <= self.hi
+        if not (math.isfinite(number) and low_ok and high_ok):
+            lo, hi = (f"{x:,.0f}" if x == int(x) else f"{x:g}" for x in (self.lo, self.hi))
+            allowed = f"{lo} {'<' if self.lo_open else '<='} x {'<' if self.hi_open else '<='} {hi}"
+            self.fail(f"{value}; allowed: a number {allowed}, e.g. {self.example}", param, ctx)
+        return number
+
+
+_SAMPLES = _Count(1, MAX_SAMPLES, "200000 or 2e5")
+_SEED = _Count(0, MAX_SEED, "0 or 12345")
+_LEVEL = _Real(0.0, 1.0, True, True, "1e-3")
+
+
 # Options shared by the commands that print or write reports (run, merge, report).
 _html = click.option("--html", "html_path", is_flag=False, flag_value="reports/", default=None, metavar="PATH",
                      help="Write a self-contained HTML report to PATH (a file, or a folder; bare --html: reports/).")
@@ -88,9 +157,10 @@ def main() -> None:
 @click.argument("target")
 @click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME|PATH",
               help="Shipped scenario name, tag:TAG, or a YAML file; repeatable. Default: the default suite.")
-@click.option("--seed", type=int, default=None, help="Run seed (each scenario's seed is derived from it).")
-@click.option("--alpha", type=float, default=1e-3, show_default=True, help="Family-wise error rate (Holm).")
-@click.option("--samples", type=int, default=None, help="Sequences per scenario (overrides the scenarios).")
+@click.option("--seed", type=_SEED, default=None, help="Run seed, 0 .. 2**64 - 1 (each scenario's seed is derived from it).")
+@click.option("--alpha", type=float, default=1e-3, show_default=True, help="Family-wise error rate (Holm), 0 < alpha < 1.")
+@click.option("--samples", type=_SAMPLES, default=None,
+              help="Sequences per scenario, 1 .. 1e9, e.g. 2e5 (overrides the scenarios).")
 @click.option("--method", type=click.Choice(["pearson", "g"]), default="pearson", show_default=True,
               help="Goodness-of-fit statistic.")
 @click.option("--contract", type=click.Choice(["probs", "logits"]), default="probs", show_default=True,
@@ -98,10 +168,16 @@ def main() -> None:
                    "verify(draft, draft_logits, target_logits, num_draft, params, rng) on raw logits.")
 @click.option("--allow-inefficient", is_flag=True,
               help="Report tokens/step and accept-length failures without failing the run.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, metavar="S",
+@click.option("--timeout", type=_Real(0.0, 7 * 86400.0, False, False, "60 or 0"), default=60.0, show_default=True, metavar="S",
               help="Stop a verifier call after S seconds; its scenario is an ERROR and the run goes on (0: no limit). "
                    "A call that ignores the stop is killed with its process after S + 2 s.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+@click.option("--batch", type=_Count(1, 1 << 20, "256"), default=None, metavar="N",
+              help="Rows per verifier call, 1 .. 1,048,576 (overrides the scenarios' batch, default 4096): smaller calls "
+                   "of a slow verifier (an interpreted kernel) stay inside --timeout.")
+@click.option("--import-timeout", type=_Real(0.0, 7 * 86400.0, False, False, "300 or 0"), default=300.0,
+              show_default=True, metavar="S",
+              help="Stop importing TARGET after S seconds (a module that hangs at import): a usage error (0: no limit).")
+@click.option("--jobs", "-j", type=_Count(1, 4096, "4"), default=1, show_default=True, metavar="N",
               help="Run the scenarios' blocks of sequences in N processes (results identical to --jobs 1).")
 @click.option("--early-stop", is_flag=True,
               help="Look after 1, 2, 4, ... blocks of 15,000 sequences and stop a scenario once a check has failed "
@@ -110,10 +186,10 @@ def main() -> None:
               help="Run blocks b = I mod N of every scenario and write additive counts for `specaudit merge`. "
                    "Verdicts are provisional: exits 0 unless a scenario errored; the merge is the gate.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Run blocks in local processes, or as Ray tasks (pip install 'specaudit[ray]').")
+              help="Run blocks in local processes, or as Ray tasks (pip install -e '.[ray]' in specaudit's checkout).")
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="With --backend ray: the cluster to join (ray.init(address=ADDR)); default a local instance.")
-@click.option("--max-memory", "max_memory", type=float, default=2.0, show_default=True, metavar="GIB",
+@click.option("--max-memory", "max_memory", type=_Real(0.0, float(1 << 20), True, False, "2 or 0.5"), default=2.0, show_default=True, metavar="GIB",
               help="Working memory the simulator's batch may use, in GiB (large vocabularies run in chunks).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write results as JSON (updated after every scenario).")
@@ -157,6 +233,7 @@ def run(
     # absolute (a verifier's os.chdir cannot move them) and writable, or exit 4 before any simulation
     json_path, html_path, junit_path = _outputs(json_path, html_path, junit_path)
     settings = _run_settings(**options)
+    _announce_fallback()
 
     done: list = []
 
@@ -175,6 +252,18 @@ def run(
     if settings.shard is not None:
         code = _shard_code(result, code, settings.shard)
     sys.exit(int(code))
+
+
+def _announce_fallback() -> None:
+    """Say once, on stderr, when the simulator runs its numpy code instead of the C kernels (same results, slower)."""
+    from specaudit.simulate import kernels
+
+    if kernels.load() is not None:
+        return
+    why = (f"{kernels.SWITCH} is set" if os.environ.get(kernels.SWITCH, "") not in ("", "0")
+           else "the C extension is not built (no C compiler at install time)")
+    click.echo(f"specaudit: note: {why}: the numpy simulator runs instead (same results, slower); "
+               "`pip install -e .` with a C compiler builds it", err=True)
 
 
 def _shard_code(result: Any, code: ExitCode, shard: tuple[int, int]) -> ExitCode:
@@ -274,6 +363,8 @@ def _run_settings(
     method: str,
     allow_inefficient: bool,
     timeout: float,
+    batch: int | None,
+    import_timeout: float,
     contract: str,
     jobs: int,
     early_stop: bool,
@@ -293,8 +384,8 @@ def _run_settings(
 
     adapter_options = _adapter_options(adapter_args, device, dtype)
     return RunSettings(
-        alpha=alpha, seed=seed, samples=samples, method=method, gate_efficiency=not allow_inefficient,
-        contract=contract, timeout=timeout or None, max_memory=_gib(max_memory), jobs=jobs, backend=backend,
+        alpha=alpha, seed=seed, samples=samples, batch=batch, method=method, gate_efficiency=not allow_inefficient,
+        contract=contract, timeout=timeout or None, import_timeout=import_timeout or None, max_memory=_gib(max_memory), jobs=jobs, backend=backend,
         address=ray_address, suspect_level=suspect_level, power=not no_power, early_stop=early_stop,
         shard=parse_shard(shard), adapter=adapter, adapter_options=adapter_options,
     )
@@ -330,6 +421,45 @@ def _baseline_gate(baseline_path: str | None, fail_on: tuple[str, ...]) -> tuple
     return baseline_path, document.read(baseline_path), [baseline.parse_rule(r) for r in fail_on]
 
 
+def _interruptible(publish: Callable[..., ExitCode]) -> Callable[..., ExitCode]:
+    """Wrap ``publish(result, json_path, ...)``: SIGINT or SIGTERM while it writes the reports (CI cancelling a job)
+    ends the writing with exit 2, the JSON left holding the finished run (never a 'running' partial); a
+    half-written file never replaces a report."""
+
+    @functools.wraps(publish)
+    def wrapper(result: Any, json_path: str | None, *rest: Any) -> ExitCode:
+        from specaudit.engine.supervisor import stop_signals
+
+        try:
+            with stop_signals():
+                return publish(result, json_path, *rest)
+        except KeyboardInterrupt:
+            return _interrupted_publishing(result, json_path)
+
+    return wrapper
+
+
+def _interrupted_publishing(result: Any, json_path: str | None) -> ExitCode:
+    """Finish the JSON of a run whose report writing was interrupted (signals ignored meanwhile); return exit 2."""
+    import signal
+
+    from specaudit.reports import json as json_report
+
+    kept = ""
+    if json_path:
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}  # one more: ignored
+        try:
+            json_report.write(result, json_path)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        kept = f"; {json_path} holds the finished run (verdict: exit {int(result.exit_code())})"
+    click.echo(f"specaudit: interrupted while writing the reports{kept}; the other reports were not written "
+               "or left as they were", err=True)
+    return ExitCode.INTERRUPTED
+
+
+@_interruptible
 def _publish(
     result: Any,
     json_path: str | None,
@@ -440,6 +570,7 @@ def report(
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 def validate(paths: tuple[str, ...]) -> None:
     """Validate scenario files; print every problem as file:line: key: message."""
+    from specaudit.engine.scenario import preflight
     from specaudit.errors import ScenarioError
     from specaudit.scenarios.loading import load_scenario
 
@@ -447,6 +578,7 @@ def validate(paths: tuple[str, ...]) -> None:
     for path in paths:
         try:
             loaded = load_scenario(path)
+            preflight(loaded)  # what `run` would need, before it allocates it
         except ScenarioError as exc:
             bad += 1
             click.echo(str(exc), err=True)
@@ -458,33 +590,50 @@ def validate(paths: tuple[str, ...]) -> None:
 @main.command("list")
 def list_scenarios() -> None:
     """List the shipped scenarios."""
-    from rich.table import Table
+    from rich.console import Group, RenderableType
+    from rich.padding import Padding
+    from rich.text import Text
 
+    from specaudit.reports.columns import Column, fit_first
     from specaudit.scenarios.catalogue import shipped
 
-    table = Table("name", "tags", "V", "K", "drafts", "L", "samples", "description")
+    columns = [Column(h, "right" if h in ("V", "K", "L", "samples") else "left")
+               for h in ("name", "tags", "V", "K", "drafts", "L", "samples", "description")]
+    rows = []
     for s in shipped():
         sp = s.spec
-        table.add_row(sp.name, ",".join(sp.tags), str(sp.vocab), str(sp.k), str(sp.drafts if sp.drafts is not None else sp.k),
-                      str(sp.length), f"{sp.samples:,}", " ".join(sp.description.split())[:80])
-    _console().print(table)
+        rows.append([sp.name, ",".join(sp.tags), str(sp.vocab), str(sp.k), str(sp.drafts if sp.drafts is not None else sp.k),
+                     str(sp.length), f"{sp.samples:,}", " ".join(sp.description.split())])  # whole, wrapped at spaces
+    console = _console()
+    table: RenderableType | None = fit_first(columns, rows, console.width)
+    if table is None:  # too narrow for the table: a heading line per scenario, the description below it
+        table = Group(*(part for r in rows for part in (
+            Text.assemble((r[0], "bold"), f" [{r[1]}] V {r[2]}, K {r[3]}, drafts {r[4]}, L {r[5]}, {r[6]} samples"),
+            Padding(Text(r[7]), (0, 0, 0, 2)))))
+    console.print(table)
 
 
 @main.command("adapters")
 def list_adapters() -> None:
     """List the adapters (built-in and entry points), their options, and the aliases that use them."""
-    from rich.table import Table
+    from rich.console import Group
+    from rich.text import Text
 
     from specaudit import adapters
     from specaudit.contract.targets import ALIASES
+    from specaudit.reports.columns import Column, fit_first
 
-    table = Table("adapter", "source", "installed", "options (default)", "what it drives")
+    columns = [Column(h) for h in ("adapter", "source", "installed", "options (default)", "what it drives")]
+    rows = []
     for a in adapters.available():
         missing = a.missing()
-        installed = "yes" if not missing else f"no: pip install 'specaudit[{a.extra}]'" if a.extra else f"no ({', '.join(missing)})"
+        installed = "yes" if not missing else f"no: pip install -e '.[{a.extra}]' in specaudit's checkout" if a.extra else f"no ({', '.join(missing)})"
         opts = "any" if a.options is None else ", ".join(f"{o.name}={o.default}" for o in a.options)
-        table.add_row(a.name, a.source, installed, opts, a.summary)
-    _console().print(table)
+        rows.append([a.name, a.source, installed, opts, a.summary])
+    console = _console()
+    table = fit_first(columns, rows, console.width)  # never a cut name or option (issue 19)
+    console.print(table if table is not None else Group(*(
+        Text(f"{r[0]} ({r[1]}; installed: {r[2]}): {r[4]}; options {r[3]}") for r in rows)))
     for alias, preset in ALIASES.items():
         if preset.adapter is None:
             continue
@@ -523,12 +672,13 @@ def _scenarios_or_exit(names: tuple[str, ...]) -> list:
 @main.command()
 @click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME|PATH",
               help="Shipped scenario name, tag:TAG, or a YAML file; repeatable. Default: the default suite.")
-@click.option("--tv", type=float, default=None, help="Print the samples needed to detect this TV in every direction.")
-@click.option("--samples", type=int, default=None, help="Print the TV detectable with N samples (default: the scenario's).")
+@click.option("--tv", type=_Real(0.0, 1.0, True, False, "0.05"), default=None,
+              help="Print the samples needed to detect this TV (0 < TV <= 1) in every direction.")
+@click.option("--samples", type=_SAMPLES, default=None, help="Print the TV detectable with N samples (default: the scenario's).")
 @click.option("--mutant", default=None, metavar="NAME", help="Print the samples needed to catch this zoo mutant.")
-@click.option("--power", "power_", type=float, default=0.99, show_default=True, help="Wanted power.")
-@click.option("--alpha", type=float, default=1e-3, show_default=True, help="Level, split over --tests checks.")
-@click.option("--tests", type=int, default=1, show_default=True,
+@click.option("--power", "power_", type=_LEVEL, default=0.99, show_default=True, help="Wanted power, 0 < power < 1.")
+@click.option("--alpha", type=_LEVEL, default=1e-3, show_default=True, help="Level, split over --tests checks.")
+@click.option("--tests", type=_Count(1, 10**6, "3"), default=1, show_default=True,
               help="Checks alpha is split over (Bonferroni; a run adjusts over all its checks, ~3 per scenario).")
 def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None, mutant: str | None,
          power_: float, alpha: float, tests: int) -> None:
@@ -545,9 +695,10 @@ def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None,
 @main.command()
 @click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME|PATH",
               help="Scenarios to calibrate on; repeatable. Default: the default suite.")
-@click.option("--seeds", type=int, default=100, show_default=True, help="Seeded null runs of the reference verifier.")
-@click.option("--samples", type=int, default=20_000, show_default=True, help="Sequences per scenario and run.")
-@click.option("--alpha", type=float, default=1e-3, show_default=True, help="Family-wise level of every run.")
+@click.option("--seeds", type=_Count(1, 10**6, "100"), default=100, show_default=True,
+              help="Seeded null runs of the reference verifier.")
+@click.option("--samples", type=_SAMPLES, default=20_000, show_default=True, help="Sequences per scenario and run.")
+@click.option("--alpha", type=_LEVEL, default=1e-3, show_default=True, help="Family-wise level of every run.")
 @click.option("--no-mutants", is_flag=True, help="Calibration only; skip the zoo.")
 @_quiet
 @_verbose

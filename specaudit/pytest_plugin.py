@@ -48,6 +48,7 @@ def assert_lossless(
     alpha: float = 1e-3,
     efficiency: bool = False,
     method: str = "pearson",
+    **run_options: Any,
 ) -> RunResult:
     """Audit ``target`` and raise AssertionError with a statistical summary unless it passes.
 
@@ -68,6 +69,10 @@ def assert_lossless(
         inefficient verifier is still lossless.
     method : {"pearson", "g"}
         Goodness-of-fit statistic.
+    **run_options
+        Any other keyword of :func:`specaudit.run` (``timeout``, ``jobs``, ``adapter``, ``supervised``, ...).
+        The verifier runs in a supervised child process unless ``supervised=False``: an ``os._exit``
+        or a crash in it is a failed assertion, never the end of the pytest session.
 
     Returns
     -------
@@ -81,10 +86,11 @@ def assert_lossless(
         failed checks with p-values, the most deviating sequences and the matching zoo mutant.
     """
     __tracebackhide__ = True
-    from specaudit.engine.run import run
+    from specaudit.engine.api import run
     from specaudit.errors import ExitCode, UsageError
 
-    result = run(target, scenarios, seed=seed, alpha=alpha, samples=samples, method=method, gate_efficiency=efficiency)
+    result = run(target, scenarios, seed=seed, alpha=alpha, samples=samples, method=method, gate_efficiency=efficiency,
+                 **run_options)
     code = result.exit_code()
     if code == ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
@@ -111,7 +117,7 @@ class SpecauditFixture:
 
     def run(self, target: str | Callable[..., Any], scenarios: Any = None, **overrides: Any) -> RunResult:
         """Run an audit without asserting (``specaudit.run``) with this test's defaults."""
-        from specaudit.engine.run import run
+        from specaudit.engine.api import run
 
         kwargs = {**self.defaults, **overrides}
         kwargs.pop("efficiency", None)

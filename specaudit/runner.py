@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 
 from specaudit.checks import evaluate
+from specaudit.engine.api import run
 from specaudit.engine.run import (
     DEFAULT_ALPHA,
     RERUN_FACTOR,
@@ -20,7 +21,6 @@ from specaudit.engine.run import (
     rerun_suspects,
     resolve_scenarios,
     resolve_target,
-    run,
     scenario_seed,
 )
 from specaudit.results import RunResult, ScenarioResult

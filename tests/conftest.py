@@ -24,8 +24,14 @@ def law_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _isolated_law_cache(law_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Point ``SPECAUDIT_CACHE`` at the session's cache directory for every test."""
+    """Point ``SPECAUDIT_CACHE`` at the session's cache directory for every test.
+
+    ``COLUMNS`` and ``LINES`` are cleared too: pytest-xdist's workers set ``COLUMNS=80``, which
+    the CLI honours; a test that wants a width passes it (``cli(..., env={"COLUMNS": "80"})``).
+    """
     monkeypatch.setenv("SPECAUDIT_CACHE", str(law_cache_dir))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     yield
 
 

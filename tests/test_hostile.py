@@ -315,3 +315,103 @@ def test_a_verifier_printing_100_mb_does_not_reach_the_report_on_stdout(tmp_path
     doc = json.loads(out.read_text())
     assert [s["error"] and s["error"]["message"] for s in doc["scenarios"]] == [
         None, "the verifier raised ValueError: printed 100 MB", None]
+
+
+def _ray_processes() -> set[int]:
+    """Return the live processes of a Ray instance (raylet, GCS, workers) on this machine."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"/ray/" in cmdline and b"python" in cmdline or b"raylet" in cmdline or b"gcs_server" in cmdline:
+                found.add(int(entry.name))
+    return {p for p in found if _alive(p)}
+
+
+def test_ray_workers_contain_every_kind_of_fault_and_the_run_goes_on(cli, tmp_path, monkeypatch):
+    # one run, one Ray instance, a different fault in each scenario (by its vocabulary): os._exit, a segfault,
+    # a call that swallows its timeout, sys.exit(0); the scenario before them passes, nothing is retried
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'specaudit[ray]')")
+    peaked = (Path(__file__).parents[1] / "scenarios" / "peaked-v8.yaml").read_text()
+    names = ["markov-v4"]
+    for v in (5, 6, 7):
+        path = tmp_path / f"ray-v{v}.yaml"
+        path.write_text(peaked.replace("name: peaked-v8", f"name: ray-v{v}").replace("vocab: 8", f"vocab: {v}")
+                        .replace("support: 0.625", "support: 0.8"))
+        names.append(str(path))
+    names.append("peaked-v8")
+    monkeypatch.setenv("SPECAUDIT_HOSTILE_BY_V", "5=os_exit0,6=segfault,7=swallow_base,8=exit0")
+    monkeypatch.setenv("SPECAUDIT_HOSTILE_MIN_BATCH", "4096")  # the simulation's blocks (on Ray), not the probes
+    out = tmp_path / "r.json"
+    before = _ray_processes()
+    args = ["run", f"{CALLS}:by_vocabulary", "--samples", 15_001, "--timeout", TIMEOUT, "--no-power",
+            "--backend", "ray", "--jobs", "2", "--json", out]
+    for name in names:
+        args += ["-s", name]
+    result = cli(*args)
+    assert result.exit_code == ExitCode.CHECKS_FAILED, result.output
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "error" and doc["exit_code"] == 1
+    errors = {s["name"]: s["error"] and (s["error"]["kind"], s["error"]["message"]) for s in doc["scenarios"]}
+    died = "the Ray worker process running block 0 of this scenario died: the verifier ended it"
+    assert errors["markov-v4"] is None
+    assert errors["ray-v5"][0] == "died" and died in errors["ray-v5"][1]
+    assert errors["ray-v6"][0] == "died" and died in errors["ray-v6"][1]
+    assert errors["ray-v7"][0] == "timeout" and "did not stop when told to (it swallows the timeout); its Ray worker " \
+        "process was killed" in errors["ray-v7"][1]
+    assert errors["peaked-v8"] == ("crash", "the verifier called sys.exit(0)")
+    deadline = time.monotonic() + 60  # the instance ends with the engine process; its workers follow it
+    while time.monotonic() < deadline and _ray_processes() - before:
+        time.sleep(0.5)
+    assert not _ray_processes() - before, "a Ray process outlived the run"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_reports_are_written_exits_2_and_the_json_holds_the_finished_run(cli, tmp_path,
+                                                                                          monkeypatch, signum):
+    from specaudit.reports import html
+
+    def cancelled(*args, **kwargs):  # CI cancels the job while the HTML is rendered
+        os.kill(os.getpid(), signum)
+        time.sleep(5)
+        raise AssertionError("the signal did not stop the writing")
+
+    monkeypatch.setattr(html, "write", cancelled)
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    result = cli("run", "reference", "-s", "markov-v4", "--samples", "2000", "--no-power", "--json", out,
+                 "--html", page, "--junit", tmp_path / "r.xml")
+    assert result.exit_code == ExitCode.INTERRUPTED, result.output
+    assert f"interrupted while writing the reports; {out} holds the finished run (verdict: exit 0)" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "passed" and doc["exit_code"] == 0 and doc["partial"] is False  # not a 'running' partial
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no HTML, no JUnit, no temporary file
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+
+
+def test_a_target_that_hangs_at_import_is_stopped_after_import_timeout(cli, tmp_path, monkeypatch):
+    result, out = _run(cli, tmp_path, monkeypatch, f"{HOSTILE / 'import_hangs.py'}:verify", "--import-timeout", "2")
+    assert result.exit_code == ExitCode.USAGE_ERROR, result.output
+    assert "importing and binding the target did not finish within 2 s (--import-timeout 2)" in result.output
+    assert "import_hangs.py" in result.output  # faulthandler: where it was stuck
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("name", "kind", "message"), [
+    ("os_exit0", "died", "the verifier ended the process with os._exit(0)"),
+    ("segfault", "died", "killed by signal 11 (SIGSEGV)"),
+    ("swallow_base", "timeout", "did not stop when told to (it swallows the timeout)"),
+], ids=["os_exit0", "segfault", "swallow_base"])
+def test_the_python_api_is_supervised_so_the_calling_process_outlives_the_verifier(name, kind, message):
+    # what a pytest session calling specaudit.run / assert_lossless meets: os._exit(0) there would end it green
+    import specaudit
+
+    result = specaudit.run(f"{CALLS}:{name}", ["markov-v4", "peaked-v8"], samples=2000, power=False, timeout=1)
+    assert result.exit_code() == ExitCode.CHECKS_FAILED
+    errors = {s.name: s.error for s in result.scenarios}
+    assert errors["markov-v4"] is None
+    assert errors["peaked-v8"].kind == kind and message in errors["peaked-v8"].message
+    with pytest.raises(AssertionError, match="peaked-v8"):
+        specaudit.assert_lossless(f"{CALLS}:{name}", scenarios=["peaked-v8"], samples=2000, timeout=1)

@@ -147,7 +147,7 @@ class Adapter:
         parsed = self.parse_options(options or {})
         absent = self.missing()
         if absent:
-            hint = f"pip install 'specaudit[{self.extra}]'" if self.extra else f"pip install {' '.join(absent)}"
+            hint = f"pip install -e '.[{self.extra}]' in specaudit's checkout" if self.extra else f"pip install {' '.join(absent)}"
             raise UsageError(f"adapter {self.name!r} needs {', '.join(absent)}, which is not installed: {hint}")
         verify = self.build(target, **parsed)
         verify.__specaudit_adapter__ = (self.name, parsed)  # type: ignore[attr-defined]
@@ -179,7 +179,9 @@ def _as_adapter(obj: Any, name: str, source: str) -> Adapter:
     if callable(obj):
         doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
         return Adapter(name, doc[0] if doc else "user adapter", obj, options=None, source=source)
-    raise UsageError(f"adapter {name!r} ({source}) is a {type(obj).__name__}, not an Adapter or a callable")
+    kind = type(obj).__name__
+    raise UsageError(f"adapter {name!r} ({source}) is {'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}, "
+                     "not an Adapter or a callable")
 
 
 def _replace(adapter: Adapter, **changes: Any) -> Adapter:

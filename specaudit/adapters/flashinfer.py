@@ -8,7 +8,9 @@ The target has FlashInfer's signature, either the current one::
         -> (output_token_ids int32[B, n+1] padded -1, accepted_num, emitted_num)
 
 or the older one that takes ``uniform_samples[B, n+1]`` after ``draft_token_ids`` (detected by
-that parameter name; the adapter then draws the uniforms from the harness rng). ``n`` is fixed
+that parameter name; the adapter then draws the uniforms from the harness rng). Both read from
+flashinfer-ai/flashinfer ``flashinfer/sampling.py`` (current form at commit 01c897d7; the accept
+test is ``u < p / q``, "r < p/q" in its docstring, as the fixture tests/verifiers/flashinfer_like.py). ``n`` is fixed
 for the batch. The two counters are *added to in place*: the adapter hands them over holding a
 non-zero base and checks, per row, that ``emitted`` grew by exactly the accepted prefix
 (``n_out - 1``) and ``accepted`` (drafts that pass their own test, counted independently) by

@@ -19,8 +19,10 @@ candidate_length, new_logits, assistant_ensemble_weight=None) -> (valid_tokens, 
 - ``assistant_ensemble_weight = w`` in (0, 1) accepts with ``1 - w + w p/q`` (DIVERSE,
   arXiv 2604.07622): lossy by design, and specaudit must fail it.
 
-Rows are driven one at a time (the function is batch-1) under ``torch.inference_mode`` with one
-intra-op thread (tiny tensors: threads only add latency), on views of tensors built once per call.
+Rows are driven one at a time (the function is batch-1) by the per-row adapter's path
+(:func:`specaudit.adapters.per_row.drive`: every global RNG routed, so the probes reach it) under
+``torch.inference_mode`` with one intra-op thread (tiny tensors: threads only add latency), on
+views of tensors built once per call.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter, Option, optional_float
-from specaudit.adapters.randomness import routed
+from specaudit.adapters.per_row import drive
 from specaudit.errors import ContractError
 
 
@@ -74,32 +76,29 @@ def build(
     extra = {} if assistant_ensemble_weight is None else {"assistant_ensemble_weight": assistant_ensemble_weight}
 
     def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
-        batch, k = draft.shape
-        out = np.full((batch, k + 1), -1, dtype=np.int64)
-        n_out = np.zeros(batch, dtype=np.int64)
+        k = draft.shape[1]
         with np.errstate(divide="ignore"):
             log_q, log_p = np.log(q), np.log(p)
         nd = np.asarray(num_draft).tolist()
-        with torch.inference_mode(), _threads(threads), routed(rng, device):
+        with torch.inference_mode(), _threads(threads):
             ids = torch.from_numpy(np.ascontiguousarray(draft, dtype=np.int64)).to(device)
             cand = torch.from_numpy(log_q).to(device=device, dtype=fdt)
             new = torch.from_numpy(log_p).to(device=device, dtype=fdt)
             # views per draft count, sliced once: a row is then one cheap 1-D slice of each
             views = {j: (ids[:, :j], cand[:, :j], new[:, : j + 1]) for j in set(nd)}
-            for b in range(batch):
-                j = nd[b]
+
+            def row(b: int, j: int) -> list[int]:
                 i, c, t = views[j]
                 tokens, n_matches = target(i[b : b + 1], c[b : b + 1], j, t[b : b + 1], **extra)
-                row = tokens.tolist()[0]
-                size = len(row)
-                if size != int(n_matches) + 1 or size > k + 1:
+                got = tokens.tolist()[0]
+                if len(got) != int(n_matches) + 1 or len(got) > k + 1:
                     raise ContractError(
-                        "layout", f"HF layout: row {b}: valid_tokens has {size} ids with n_matches = {int(n_matches)}; "
-                        "expected n_matches + 1"
+                        "layout", f"HF layout: row {b}: valid_tokens has {len(got)} ids with n_matches = "
+                        f"{int(n_matches)}; expected n_matches + 1"
                     )
-                out[b, :size] = row
-                n_out[b] = size
-        return out, n_out
+                return got
+
+            return drive(row, draft.shape, nd, rng, device, layout="HF")
 
     return verify
 

@@ -39,6 +39,37 @@ def _takes_rng(target: Callable[..., Any]) -> bool:
         return False
 
 
+def drive(
+    row: Callable[[int, int], Any], shape: tuple[int, int], num_draft: list[int], rng: Any, device: str = "cpu",
+    layout: str = "per-row",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Call ``row(b, num_draft[b])`` for every row under :func:`routed`; check its ids and return ``(out, n_out)``.
+
+    The one row-by-row path of the batch-1 adapters (``per-row``, ``hf``): ``row`` returns the
+    emitted ids of row ``b`` (a list, an array or a 1-D tensor, 1 to n + 1 of them). Every
+    global random source is routed to ``rng`` for the whole batch, so the probes reach the
+    verifier through either adapter.
+    """
+    batch, k = shape
+    out = np.full((batch, k + 1), -1, dtype=np.int64)
+    n_out = np.zeros(batch, dtype=np.int64)
+    with routed(rng, device):
+        for b in range(batch):
+            n = int(num_draft[b])
+            got = row(b, n)
+            ids = np.asarray(got.detach().cpu().numpy() if hasattr(got, "detach") else got).reshape(-1)
+            if not 1 <= ids.size <= n + 1:
+                raise ContractError(
+                    "layout", f"{layout} layout: row {b} (num_draft = {n}) returned {ids.size} ids; allowed 1..{n + 1} "
+                    "(the accepted drafts, then one sampled token)"
+                )
+            if not np.issubdtype(ids.dtype, np.integer):
+                raise ContractError("layout", f"{layout} layout: row {b} returned {ids.dtype} ids; expected integers")
+            out[b, : ids.size] = ids
+            n_out[b] = ids.size
+    return out, n_out
+
+
 def build(
     target: Callable[..., Any], tensors: str = "numpy", device: str = "cpu", dtype: str = "float64",
     rng: bool | None = None,
@@ -56,25 +87,12 @@ def build(
             return to_torch(a, device, fdt if floating else None)
 
     def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
-        batch, k = draft.shape
-        out = np.full((batch, k + 1), -1, dtype=np.int64)
-        n_out = np.zeros(batch, dtype=np.int64)
         extra = {"rng": rng} if pass_rng else {}
-        with routed(rng, device):
-            for b in range(batch):
-                n = int(num_draft[b])
-                row = target(convert(draft[b, :n], False), convert(q[b, :n], True), convert(p[b, : n + 1], True), **extra)
-                ids = np.asarray(row.detach().cpu().numpy() if hasattr(row, "detach") else row).reshape(-1)
-                if not 1 <= ids.size <= n + 1:
-                    raise ContractError(
-                        "layout", f"per-row layout: row {b} (num_draft = {n}) returned {ids.size} ids; allowed 1..{n + 1} "
-                        "(the accepted drafts, then one sampled token)"
-                    )
-                if not np.issubdtype(ids.dtype, np.integer):
-                    raise ContractError("layout", f"per-row layout: row {b} returned {ids.dtype} ids; expected integers")
-                out[b, : ids.size] = ids
-                n_out[b] = ids.size
-        return out, n_out
+
+        def row(b: int, n: int) -> Any:
+            return target(convert(draft[b, :n], False), convert(q[b, :n], True), convert(p[b, : n + 1], True), **extra)
+
+        return drive(row, draft.shape, np.asarray(num_draft).tolist(), rng, device)
 
     return verify
 

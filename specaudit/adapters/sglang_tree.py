@@ -10,6 +10,12 @@ Drives a target with sgl-kernel's signature through the *tree* contract (:mod:`s
         draft_probs[bs, n, V] f32 (in/out), threshold_single=1.0, threshold_acc=1.0,
         deterministic=True) -> None
 
+``draft_probs`` is in the signature of sgl-kernel's ``python/sgl_kernel/speculative.py`` up to
+commit 6bfad8f1 and gone from it at commit 01fe7c22 (the kernel keeps its own scratch; the
+``_rejmask`` variant was added beside it). The adapter reads the target's parameter names and
+passes a zeroed ``draft_probs`` only to a target that has one (``--adapter-arg draft_probs=pass|omit``
+overrides it for a target without a readable signature; ``auto`` passes it then).
+
 Layout (sgl-kernel ``speculative_sampling.cuh`` and its Triton port): node 0 of a row is the root
 (the context), nodes 1..n-1 the drafts; ``retrive_next_token[i]`` is node i's first child and
 ``retrive_next_sibling[i]`` its next sibling, -1 ending either list; ``retrive_index[b, i] =
@@ -73,8 +79,10 @@ def build(
     dtype: str = "float32",
     threshold_single: float = 1.0,
     threshold_acc: float = 1.0,
+    draft_probs: str = "auto",
 ) -> Callable[..., Any]:
     """Return a tree-contract verifier that drives ``target`` in SGLang's layout."""
+    pass_draft_probs = takes_draft_probs(target) if draft_probs == "auto" else draft_probs == "pass"
 
     @tree_contract
     def verify(tokens, parent, q, p, num_nodes, rng):
@@ -109,8 +117,9 @@ def build(
             uniform_samples=rng.random((batch, m)).astype(np.float32),
             uniform_samples_for_final_sampling=rng.random(batch).astype(np.float32),
             target_probs=np.asarray(p, dtype=dtype),
-            draft_probs=np.zeros((batch, m, p.shape[2]), dtype=dtype),
         )
+        if pass_draft_probs:  # sgl-kernel up to 6bfad8f1: the caller's zeroed scratch, written for rejected siblings
+            args["draft_probs"] = np.zeros((batch, m, p.shape[2]), dtype=dtype)
         if tensors == "torch":
             import torch
 
@@ -137,6 +146,17 @@ def build(
         return path, final
 
     return verify
+
+
+def takes_draft_probs(target: Callable[..., Any]) -> bool:
+    """Return whether ``target`` has sgl-kernel's older ``draft_probs`` parameter (True when unreadable)."""
+    import inspect
+
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a torch op or builtin: the older, wider form is the safe guess
+        return True
+    return "draft_probs" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _depth(parent: np.ndarray, num_nodes: np.ndarray) -> int:
@@ -169,5 +189,7 @@ ADAPTER = Adapter(
                ("float32", "float64")),
         Option("threshold_single", _threshold, 1.0, "accept when p(c) >= this; < 1 is lossy"),
         Option("threshold_acc", _threshold, 1.0, "coin <= cumulative p / this; < 1 is lossy"),
+        Option("draft_probs", str, "auto", "pass the zeroed draft_probs scratch (sgl-kernel up to 6bfad8f1) or omit it "
+               "(from 01fe7c22); auto: read the target's parameters", ("auto", "pass", "omit")),
     ),
 )

@@ -6,7 +6,8 @@ on that device seeded from the harness rng on every call (so a run is reproducib
 seed); it returns ``(out, n_out)`` as tensors (or arrays), which are checked like any verifier's.
 The call runs under :func:`specaudit.adapters.randomness.routed`: torch's global generator, numpy's
 legacy global RNG and Python's ``random`` are seeded from the run's rng too, and under a scripted rng
-every such draw is scripted instead.
+every such draw is scripted instead (a draw from the explicit generator is then named as a bypass,
+:func:`specaudit.adapters.randomness.watched`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,23 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter
-from specaudit.adapters.randomness import routed
+from specaudit.adapters.randomness import routed, watched
 from specaudit.errors import UsageError
+
+#: Attribute of a canonical verifier whose target takes p as logits and softmaxes them itself in float32
+#: (vLLM >= 0.16): p reaches its acceptance step rounded, and the probes judge p = q within that rounding.
+LOGITS_INPUT = "__specaudit_logits_input__"
+
+
+def mark_logits_input(verify: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``verify`` as handing its target ``log p`` (softmaxed inside, in float32); return it."""
+    setattr(verify, LOGITS_INPUT, True)
+    return verify
+
+
+def takes_logits(verify: Callable[..., Any]) -> bool:
+    """Return True when ``verify`` (or a wrapper that kept its attributes) is marked by :func:`mark_logits_input`."""
+    return bool(getattr(verify, LOGITS_INPUT, False))
 
 
 def torch_dtype(name: str) -> Any:
@@ -62,10 +78,11 @@ def build(target: Callable[..., Any], device: str = "cpu", dtype: str = "float64
         with torch.inference_mode(), routed(rng, device) as seed:
             generator = torch.Generator(device=device)
             generator.manual_seed(seed)
-            result = target(
-                to_torch(draft, device), to_torch(q, device, fdt), to_torch(p, device, fdt),
-                to_torch(num_draft, device), generator,
-            )
+            with watched(rng, generator):  # scripted: a draw from it bypassed the script (compiled code)
+                result = target(
+                    to_torch(draft, device), to_torch(q, device, fdt), to_torch(p, device, fdt),
+                    to_torch(num_draft, device), generator,
+                )
         if isinstance(result, (tuple, list)) and len(result) == 2:
             return to_numpy(result[0]), to_numpy(result[1])
         return result

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter, Option
-from specaudit.adapters.randomness import is_scripted, routed
+from specaudit.adapters.randomness import harness_draws, is_scripted, routed
 from specaudit.chains.sampling import sample_rows
 from specaudit.errors import ContractError
 
@@ -123,7 +123,7 @@ def build(
     """Return the canonical verifier that calls a target in vLLM v1's packed layout."""
     import torch
 
-    from specaudit.adapters.torch import check_device, to_torch, torch_dtype
+    from specaudit.adapters.torch import check_device, mark_logits_input, to_torch, torch_dtype
 
     check_device(device)
     fdt = torch_dtype(dtype)
@@ -136,7 +136,8 @@ def build(
         if draft_probs == "none" and not _one_hot_at_drafts(q, draft, np.arange(k)[None, :] < nd[:, None]):
             raise ValueError("draft_probs=none (n-gram, one-hot q) needs a one-hot drafter scenario (draft: {kind: greedy})")
         # the bonus is sampled by vLLM's ordinary sampler, outside the rejection sampler
-        bonus = sample_rows(p[np.arange(batch), nd], rng.random(batch)) if batch else np.zeros(0, np.int64)
+        with harness_draws(rng):  # the adapter's own draw: never counted as reaching the acceptance step
+            bonus = sample_rows(p[np.arange(batch), nd], rng.random(batch)) if batch else np.zeros(0, np.int64)
         max_spec_len = int(nd.max()) if batch else 0
         seeds = [0] * batch if is_scripted(rng) else rng.integers(0, 2**63 - 1, size=batch).tolist()
         with torch.inference_mode(), routed(rng, device):
@@ -162,7 +163,7 @@ def build(
         out[:, : max_spec_len + 1] = res
         return out, (res != PLACEHOLDER).sum(axis=1).astype(np.int64)
 
-    return verify
+    return mark_logits_input(verify) if takes == "logits" else verify  # softmaxed inside, in float32: p = q up to rounding
 
 
 ADAPTER = Adapter(

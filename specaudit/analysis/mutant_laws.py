@@ -25,14 +25,17 @@ the law depends on). Simulated joint counts are also cached on disk, keyed by th
 content hash, the specaudit version, the mutant name, the sample count and the seed, under
 ``$SPECAUDIT_CACHE`` (default ``$XDG_CACHE_HOME/specaudit`` or ``~/.cache/specaudit``;
 ``SPECAUDIT_CACHE=off`` disables the disk cache). Files are written atomically and are safe to
-delete at any time. A cold cache costs about 0.25 s per simulated (mutant, scenario) pair at
+delete at any time; each is a ``.npy`` array followed by the SHA-256 of its data, and a file
+whose header, size or checksum is wrong is ignored with a one-line warning and recomputed. A cold cache costs about 0.25 s per simulated (mutant, scenario) pair at
 200,000 sequences; a warm one nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import sys
 import zlib
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -146,23 +149,69 @@ def _cache_file(spec: Scenario, name: str, samples: int, seed: int) -> Path | No
     return root / "mutant-laws" / __version__ / f"{spec.content_hash()}-{name}-{samples}-{seed}.npy"
 
 
+#: Trailer after the .npy data of a cache file: this tag and the SHA-256 of the data, in hex.
+_CHECKSUM_TAG = b"\nspecaudit-sha256:"
+_TRAILER_BYTES = len(_CHECKSUM_TAG) + 64
+#: Largest .npy header read (numpy's own bound); a file claiming more is not one of ours.
+_MAX_HEADER = 10_000
+
+
+class _Unchecked(Exception):
+    """A cache file of the format without checksum: recomputed quietly."""
+
+
+def _read_cache(path: Path, cells: int) -> np.ndarray:
+    """Return the counts of a cache file, checked before anything is allocated; raise ValueError saying why not.
+
+    The header must announce exactly ``cells`` int64 counts (a header claiming 10**11 entries is
+    refused, not allocated), the file must be exactly header + data + checksum trailer long (a
+    truncated or padded file is refused), and the data must match its SHA-256 and be counts.
+    """
+    size = path.stat().st_size
+    if size > _MAX_HEADER + 8 * cells + _TRAILER_BYTES:
+        raise ValueError(f"{size:,} bytes, more than {cells:,} counts take")
+    with path.open("rb") as fh:
+        version = np.lib.format.read_magic(fh)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(fh, max_header_size=_MAX_HEADER)
+        if tuple(shape) != (cells,) or dtype != np.dtype("<i8") or fortran:
+            raise ValueError(f"header claims {dtype} of shape {tuple(shape)}; expected int64 of shape ({cells},)")
+        if size == fh.tell() + 8 * cells:
+            raise _Unchecked  # written before cache files carried a checksum: recomputed, nothing is wrong
+        if size != fh.tell() + 8 * cells + _TRAILER_BYTES:
+            raise ValueError(f"{size:,} bytes, not the {fh.tell() + 8 * cells + _TRAILER_BYTES:,} of its header (truncated?)")
+        data = fh.read(8 * cells)
+        trailer = fh.read()
+    if not trailer.startswith(_CHECKSUM_TAG) or trailer[len(_CHECKSUM_TAG):] != hashlib.sha256(data).hexdigest().encode():
+        raise ValueError("checksum does not match its data")
+    counts = np.frombuffer(data, dtype="<i8").astype(np.int64)
+    if counts.min(initial=0) < 0 or counts.sum() <= 0:
+        raise ValueError("counts negative or all zero")
+    return counts
+
+
 def _load_counts(path: Path | None, cells: int) -> np.ndarray | None:
-    """Return cached counts, or None when absent or unreadable (a bad file is just recomputed)."""
-    if path is None or not path.is_file():
-        return None
+    """Return cached counts, or None when absent or bad (a bad file is reported in one line and recomputed)."""
     try:
-        counts = np.load(path, allow_pickle=False)
-    except (OSError, ValueError):
+        if path is None or not path.is_file():
+            return None
+        return _read_cache(path, cells)
+    except _Unchecked:
         return None
-    return counts if counts.shape == (cells,) and counts.dtype == np.int64 else None
+    except (OSError, ValueError, EOFError, SyntaxError) as exc:  # numpy's header parser raises all three
+        # one line on stderr, whoever configured logging: a bad cache costs time, never the run
+        print(f"specaudit: warning: ignored cache file {path} ({exc}); recomputing it", file=sys.stderr)
+        return None
 
 
 def _store_counts(path: Path | None, counts: np.ndarray) -> None:
-    """Write counts atomically; a read-only or full disk only costs the cache."""
+    """Write counts atomically with their checksum; a read-only or full disk only costs the cache."""
     if path is None:
         return
+    data = np.ascontiguousarray(counts, dtype="<i8")
     buf = io.BytesIO()
-    np.save(buf, counts, allow_pickle=False)
+    np.save(buf, data, allow_pickle=False)
+    buf.write(_CHECKSUM_TAG + hashlib.sha256(data.tobytes()).hexdigest().encode())
     try:
         atomic_write(path, buf.getvalue())
     except OSError:

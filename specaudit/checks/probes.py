@@ -26,13 +26,20 @@ determinism                contract    same seed -> same output; another seed ->
                                        (unless the scenario's output law is degenerate: greedy)
 padding-independence       contract    changing garbage past num_draft changes nothing
 adversarial-uniforms       contract    uniforms 0.0 / 1 - 2**-53: no p = 0 token, no id >= V;
-                                       "not applicable" unless the uniforms reached every row
+                                       "not applicable" unless scripted draws reached every
+                                       tested draft and replacement, none bypassed (compiled)
 inputs-unmodified          contract    draft, q, p, num_draft are never written to
 contract-clauses           contract    every clause of the contract held on every call
 =========================  ==========  =====================================================
 
 The p = q and one-hot corners run with a seeded Generator and with both phases of
-:class:`specaudit.contract.uniforms.ScriptedUniforms`. Efficiency corners hold for the chain rule
+:class:`specaudit.contract.uniforms.ScriptedUniforms`. A verifier that takes p as logits and
+softmaxes them itself (the logits contract; the vLLM >= 0.16 adapter) sees p and q differ by
+float32 rounding: p = q is judged within that bound (:func:`softmax_rounding`), stated in the
+message. Under the logits contract the probes drive the verifier on ``log q``, ``log p`` with
+identity processing; block-verification scenarios run the probes that hold for any lossless
+verifier (:data:`ANY_ALGORITHM`); a lazy large-vocabulary scenario gets fewer rows per probe
+(:data:`PROBE_FLOATS`). Efficiency corners hold for the chain rule
 (Leviathan et al. 2023), not for every lossless verifier (sample-and-match accepts less), so
 ``--allow-inefficient`` keeps them from gating. Each probe runs on its own: a contract breach
 fails the check that met it, naming the clause; a crash makes that probe ERROR (with the user's
@@ -51,8 +58,11 @@ from typing import Any
 
 import numpy as np
 
+from specaudit.adapters.randomness import bypassed, op_draws
+from specaudit.adapters.torch import takes_logits
 from specaudit.chains.sampling import sample_rows
 from specaudit.contract.chain import CLAUSES, validate_output
+from specaudit.contract.logits import LogitsParams
 from specaudit.contract.uniforms import ScriptedUniforms
 from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
 from specaudit.results import Category, CheckResult, Status
@@ -60,6 +70,10 @@ from specaudit.stats import gof as stats
 
 #: Rows of most probes (the greedy-drafter corner uses the scenario's ``samples``).
 PROBE_ROWS = 64
+#: Floats one probe input may hold (q and p): a large vocabulary gets fewer rows (at least 4).
+PROBE_FLOATS = 4_000_000
+#: float32 unit roundoff, 2**-24: the relative error of one float32 operation (Higham 2002, eq. 2.4).
+F32_UNIT = 2.0**-24
 #: Draft configurations (target row, greedy draft) of the greedy-drafter corner.
 GREEDY_CONFIGS = 4
 CONTRACT, EFFICIENCY = Category.CONTRACT, Category.EFFICIENCY
@@ -111,17 +125,22 @@ def _result(name: str, category: Category, ok: bool, summary: str, **data: Any) 
     return CheckResult(name, category, Status.PASSED if ok else Status.FAILED, summary, data=data)
 
 
-def _skipped(name: str, category: Category, reason: str) -> CheckResult:
-    return CheckResult(name, category, Status.SKIPPED, f"not applicable: {reason}", data={"reason": reason})
+def _skipped(name: str, category: Category, reason: str, **data: Any) -> CheckResult:
+    return CheckResult(name, category, Status.SKIPPED, f"not applicable: {reason}", data={"reason": reason, **data})
 
 
 class Prober:
     """Calls the verifier on probe inputs, validating every output and watching the inputs."""
 
-    def __init__(self, verify: Callable[..., Any], spec: Any, seed: int):
+    def __init__(self, verify: Callable[..., Any], spec: Any, seed: int, logits_input: bool = False):
         self.verify = verify
         self.target, self.drafter = spec.chains()
         self.vocab, self.k = spec.vocab, spec.k
+        # a large vocabulary (a lazy chain) gets fewer rows per probe: p and q stay within PROBE_FLOATS
+        self.probe_rows = int(np.clip(PROBE_FLOATS // ((2 * self.k + 1) * self.vocab), 4, PROBE_ROWS))
+        # p reaches the acceptance step through the verifier's own float32 softmax of log p (the logits
+        # contract, vLLM >= 0.16): p and q then differ by rounding and p = q is judged within its bound
+        self.logits_input = logits_input
         self.samples, self.batch = spec.samples, spec.batch
         self.seed = seed
         self.greedy = getattr(spec, "mode", "sample") == "greedy"  # temperature 0: the output is the argmax of p
@@ -170,8 +189,10 @@ class Prober:
     # ---- input builders -------------------------------------------------------------------
 
     def rows_of(self, chain: Any, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Return ``n`` next-token laws [n, V] of ``chain`` in random states."""
-        return np.asarray(chain.probs(rng.integers(chain.n_states, size=n)), dtype=np.float64)
+        """Return ``n`` next-token laws [n, V] of ``chain`` in random states (random prefix hashes for a lazy chain)."""
+        states = getattr(chain, "n_states", None)
+        drawn = rng.integers(states, size=n) if states is not None else rng.integers(0, 2**63, size=n).astype(np.uint64)
+        return np.asarray(chain.probs(drawn), dtype=np.float64)
 
     def garbage(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Return ``n`` random laws with every entry > 0 (padding is never zeros)."""
@@ -266,44 +287,133 @@ def _one_token_rows(name: str, pr: Prober, inputs: Inputs, what: str) -> CheckRe
 
 def corner_k0(pr: Prober) -> CheckResult:
     """K = 0: draft (B, 0), p (B, 1, V): one token from p per row."""
-    inputs = pr.standard(pr.rng("k0/inputs"), PROBE_ROWS, k=0)
+    inputs = pr.standard(pr.rng("k0/inputs"), pr.probe_rows, k=0)
     return _one_token_rows("corner-k0", pr, inputs, "K = 0")
 
 
 def corner_zero_drafts(pr: Prober) -> CheckResult:
     """num_draft = 0 on every row (K slots of garbage): exactly one token from p[:, 0]."""
-    inputs = pr.standard(pr.rng("zero-drafts/inputs"), PROBE_ROWS, num_draft=0)
+    inputs = pr.standard(pr.rng("zero-drafts/inputs"), pr.probe_rows, num_draft=0)
     return _one_token_rows("corner-zero-drafts", pr, inputs, f"num_draft = 0 of K = {pr.k}")
 
 
 def corner_p_equals_q(pr: Prober) -> CheckResult:
-    """p = q at every draft position: u q(x) < p(x) for any u < 1, so every draft is accepted."""
+    """p = q at every draft position: u q(x) < p(x) for any u < 1, so every draft is accepted.
+
+    For a verifier that takes p as logits and softmaxes them itself (:attr:`Prober.logits_input`)
+    p and q differ by float32 rounding (:func:`softmax_rounding`, bound delta): a rejection is then
+    allowed where the uniform lies within delta of 1, and a seeded rng may meet such uniforms
+    (about delta per draft); at uniforms 1 - 2 delta every draft must still be accepted.
+    """
     name = "corner-p-equals-q"
     if pr.k == 0:
         return _skipped(name, EFFICIENCY, "k = 0: no draft to accept")
-    inputs = pr.standard(pr.rng("p=q/inputs"), PROBE_ROWS)
+    inputs = pr.standard(pr.rng("p=q/inputs"), pr.probe_rows)
     valid = np.arange(pr.k)[None, :] < inputs.num_draft[:, None]
     inputs.q[valid] = inputs.p[:, : pr.k][valid]
     draft = sample_rows(inputs.q.reshape(-1, pr.vocab), pr.rng("p=q/drafts").random(inputs.q.shape[0] * pr.k))
     inputs.draft[valid] = draft.reshape(inputs.draft.shape)[valid]
-    for label, rng in _rng_sources(pr, "p=q"):
+    sources = _rng_sources(pr, "p=q")
+    delta = 0.0
+    if pr.logits_input:
+        delta = softmax_rounding(inputs.p[:, : pr.k][valid])
+        sources.append((f"uniforms 1 - 2 delta = {1 - 2 * delta:.9f}", ConstantUniforms(1.0 - 2.0 * delta)))
+    drafts = int(inputs.num_draft.sum())
+    for label, rng in sources:
         out, n_out = pr.call(inputs.copy(), rng)
         bad = np.flatnonzero(n_out != inputs.num_draft + 1)
-        if bad.size:
-            b = int(bad[0])
+        if not bad.size:
+            continue
+        b = int(bad[0])
+        where = (f"p = q ({label}): row {b} has n_out = {n_out[b]}, expected num_draft + 1 = {inputs.num_draft[b] + 1} "
+                 f"({bad.size} of {n_out.size} rows)")
+        if not pr.logits_input:
+            return _result(name, EFFICIENCY, False, f"{where}: a draft with p = q must always be accepted, then a bonus drawn",
+                           rows=bad[:10].tolist(), source=label)
+        if isinstance(rng, ConstantUniforms):
             return _result(
                 name, EFFICIENCY, False,
-                f"p = q ({label}): row {b} has n_out = {n_out[b]}, expected num_draft + 1 = {inputs.num_draft[b] + 1} "
-                f"({bad.size} of {n_out.size} rows): a draft with p = q must always be accepted, then a bonus drawn",
-                rows=bad[:10].tolist(), source=label,
-            )
-    return _result(name, EFFICIENCY, True, f"p = q: every draft accepted, n_out = num_draft + 1 on {PROBE_ROWS} ragged rows x 3 uniform sources")
+                f"{where}: logits input, so p and q differ by float32 softmax rounding, at most delta = {delta:.3g} "
+                f"relative ({_rounding_basis(pr, inputs)}); every uniform here is 1 - 2 delta, below p/q, so every draft "
+                "must be accepted: the verifier rejects drafts with p = q materially",
+                rows=bad[:10].tolist(), source=label, delta=delta)
+        chance = _rounding_chance(bad.size, drafts, delta) if label == "seeded rng" else 1.0
+        if chance < DEGENERATE:
+            return _result(
+                name, EFFICIENCY, False,
+                f"{where}: logits input, float32 softmax rounding (delta = {delta:.3g}) rejects a draft with p = q "
+                f"with probability at most delta, so {bad.size} rejections of {drafts} drafts have chance <= {chance:.2g}: "
+                "the verifier rejects drafts with p = q materially",
+                rows=bad[:10].tolist(), source=label, delta=delta)
+    if pr.logits_input:
+        return _result(
+            name, EFFICIENCY, True,
+            f"p = q up to float32 softmax rounding (logits input: delta = {delta:.3g}, {_rounding_basis(pr, inputs)}): every "
+            f"draft accepted at uniforms 1 - 2 delta; rejections only where a uniform lies within delta of 1 "
+            f"({pr.probe_rows} ragged rows x {len(sources)} uniform sources)", delta=delta)
+    return _result(name, EFFICIENCY, True,
+                   f"p = q: every draft accepted, n_out = num_draft + 1 on {pr.probe_rows} ragged rows x 3 uniform sources")
+
+
+def softmax_rounding(p_rows: np.ndarray) -> float:
+    """Return a bound on |p'(x) / q'(x) - 1| when p' and q' are float32 softmaxes of ``log p`` (p = q).
+
+    Notes
+    -----
+    First-order error analysis of ``exp(x - max x) / sum exp(x - max x)`` in float32 (unit
+    roundoff u = 2**-24; Higham 2002, sec. 3.1 and 4.2; Blanchard, Higham and Higham 2021,
+    "Accurately computing the log-sum-exp and softmax functions", IMA J. Numer. Anal. 41):
+    rounding the float64 logit x to float32 and the max m, and the subtraction, perturb the
+    exponent by at most ``u (|x| + |m| + |x - m|)``; ``exp`` adds 2u (1 ulp); the sum of V
+    positive terms adds (V - 1) u; the division u. So p' is within
+    ``e_x + max_j e_j + V u`` of p (e_j the exponent error plus 2u), q' (the same softmax, or a
+    float32 cast of q) within the same, and the quotient p'/q' adds u. The bound is the worst row,
+    doubled for second-order terms. Entries with p = 0 are -inf logits and round exactly.
+    """
+    rows = np.asarray(p_rows, dtype=np.float64).reshape(-1, p_rows.shape[-1])
+    with np.errstate(divide="ignore"):
+        logits = np.log(rows)
+    finite = np.isfinite(logits)
+    mag = np.where(finite, np.abs(logits), 0.0)
+    top = np.max(np.where(finite, logits, -np.inf), axis=1, keepdims=True)
+    spread = np.where(finite, np.abs(logits - top), 0.0)
+    exponent = F32_UNIT * (mag + np.abs(top) + spread) + 2 * F32_UNIT
+    one = exponent.max(axis=1) * 2 + rows.shape[1] * F32_UNIT  # e_x + max_j e_j + V u, worst x of the row
+    return float(2 * (2 * one.max(initial=0.0) + F32_UNIT))
+
+
+def _rounding_basis(pr: Prober, inputs: Inputs) -> str:
+    """Say what the rounding bound was computed from (V and the largest |log p| at the drafts)."""
+    rows = inputs.p[:, : pr.k][np.arange(pr.k)[None, :] < inputs.num_draft[:, None]]
+    with np.errstate(divide="ignore"):
+        mag = np.abs(np.log(rows[rows > 0])) if rows.size else np.zeros(1)
+    return f"V = {pr.vocab}, |log p| <= {float(mag.max(initial=0.0)):.3g}"
+
+
+def _rounding_chance(rejections: int, drafts: int, delta: float) -> float:
+    """Return an upper bound on P(at least ``rejections`` of ``drafts`` rejected), each with probability <= delta."""
+    bound = 1.0
+    for r in range(1, rejections + 1):  # C(n, r) delta^r <= (n delta)^r / r!
+        bound *= drafts * delta / r
+    return min(1.0, bound)
+
+
+class ConstantUniforms(ScriptedUniforms):
+    """Scripted uniforms that all equal ``value`` (the p = q corner's test just below its rounding band)."""
+
+    def __init__(self, value: float, seed: int = 0):
+        super().__init__(0, seed)
+        self.value = float(value)
+
+    def _next(self, n: int, dtype: Any, method: str) -> np.ndarray:
+        super()._next(n, dtype, method)  # counts the draws
+        return np.full(int(n), self.value, dtype=np.dtype(dtype))
 
 
 def corner_one_hot(pr: Prober) -> list[CheckResult]:
     """One-hot target: tokens are the argmax; accepted count = run of drafts equal to it."""
     rng = pr.rng("one-hot/inputs")
-    inputs = pr.standard(rng, PROBE_ROWS)
+    inputs = pr.standard(rng, pr.probe_rows)
     b_count, k = inputs.draft.shape[0], pr.k
     top = np.argmax(pr.rows_of(pr.target, b_count * (k + 1), rng), axis=1).reshape(b_count, k + 1)
     inputs.p[:] = 0.0
@@ -453,8 +563,8 @@ def determinism(pr: Prober) -> CheckResult:
 def _determinism(pr: Prober) -> CheckResult:
     name = "determinism"
     rng = pr.rng("determinism/inputs")
-    ragged = pr.standard(rng, PROBE_ROWS)
-    zero = pr.standard(rng, PROBE_ROWS, num_draft=0)
+    ragged = pr.standard(rng, pr.probe_rows)
+    zero = pr.standard(rng, pr.probe_rows, num_draft=0)
     collision = float(np.exp(np.log(np.maximum((zero.p[:, 0] ** 2).sum(axis=1), 1e-300)).sum()))
     seeds = [int(s) for s in pr.rng("determinism/seeds").integers(2**32, size=2)]
     drew = False
@@ -500,7 +610,7 @@ def _determinism(pr: Prober) -> CheckResult:
             cause, why = "ignores-draws", "it draws from rng but its output does not depend on the draws (vLLM #6038 class)"
         return _result(
             name, CONTRACT, False,
-            f"seeds {seeds[0]} and {seeds[1]} gave identical outputs on {PROBE_ROWS} zero-draft rows of the scenario's "
+            f"seeds {seeds[0]} and {seeds[1]} gave identical outputs on {pr.probe_rows} zero-draft rows of the scenario's "
             f"target (a lossless sampler agrees with probability {collision:.3g}): {why}",
             drew=drew, cause=cause,
         )
@@ -515,7 +625,7 @@ def padding_independence(pr: Prober) -> CheckResult:
     if pr.k == 0:
         return _skipped(name, CONTRACT, "k = 0: no padding positions")
     rng = pr.rng("padding/inputs")
-    base = pr.standard(rng, PROBE_ROWS, num_draft=rng.integers(0, pr.k, size=PROBE_ROWS))  # every row padded
+    base = pr.standard(rng, pr.probe_rows, num_draft=rng.integers(0, pr.k, size=pr.probe_rows))  # every row padded
     v, k = pr.vocab, pr.k
     pad = np.arange(k)[None, :] >= base.num_draft[:, None]
     pad_p = np.arange(k + 1)[None, :] > base.num_draft[:, None]
@@ -545,11 +655,11 @@ def padding_independence(pr: Prober) -> CheckResult:
             f"(flashinfer #879, vLLM PR #46533 class)",
             row=b,
         )
-    return _result(name, CONTRACT, True, f"output unchanged when the padding past num_draft changes ({PROBE_ROWS} rows, same seed)")
+    return _result(name, CONTRACT, True, f"output unchanged when the padding past num_draft changes ({pr.probe_rows} rows, same seed)")
 
 
 def adversarial_inputs(pr: Prober) -> Inputs:
-    """Return rows that expose boundary bugs at u = 0 and u = 1 - 2**-53 (33 rows, three kinds).
+    """Return rows that expose boundary bugs at u = 0 and u = 1 - 2**-53 (33 rows, three kinds; fewer for a large V).
 
     Kind 0: every draft has p = 0 (q > 0) and p is peaked with zeros on the upper half, so the
     residual is peaked with trailing zeros. Kind 1: p = q (drafts always accepted), a bonus law
@@ -557,7 +667,7 @@ def adversarial_inputs(pr: Prober) -> Inputs:
     """
     v, k = pr.vocab, pr.k
     rng = pr.rng("adversarial/inputs")
-    rows = 33
+    rows = min(33, 3 * max(1, pr.probe_rows // 3))  # 33 unless the vocabulary is large (PROBE_FLOATS)
     base = pr.standard(rng, rows, num_draft=k)
     peaked = 2.0 ** -np.arange(v)
     peaked[max(1, v // 2):] = 0.0
@@ -587,10 +697,15 @@ def adversarial_inputs(pr: Prober) -> Inputs:
 def adversarial_uniforms(pr: Prober) -> CheckResult:
     """Uniforms 0.0 and 1 - 2**-53 (both phases): no token of probability 0, no id outside [0, V).
 
-    Reach: a phase counts only when the scripted uniforms the verifier consumed, leaving out those
-    taken through ``integers`` (a wrapper seeding another generator), cover every row with a draft
-    (:attr:`ScriptedUniforms.coins`). Without reach and without a finding the probe is "not
-    applicable", never "passed".
+    Reach: a phase counts only when the scripted draws the verifier consumed cover what a correct
+    sampler must draw on the rows it answered: one uniform per draft it tested (the accepted ones
+    and the first rejected one) and one more draw per replacement token (an inverse-CDF uniform, a
+    multinomial sample, or an exponential race: at least one exponential per replacement). Draws
+    taken through ``integers`` (a wrapper seeding another generator) or drawn by the adapter for
+    itself (``harness_draws``: vLLM's bonus) never count. A real generator that advanced during a
+    scripted call (:func:`specaudit.adapters.randomness.bypassed`: compiled code, an op the routing
+    does not script) means some draws were not the adversarial values. Without reach and without a
+    finding the probe is "not applicable", never "passed".
     """
     name = "adversarial-uniforms"
     inputs = adversarial_inputs(pr)
@@ -598,6 +713,9 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
     findings: list[str] = []
     classes: set[str] = set()
     draws, coins, seeding, unscripted = 0, [], 0, False
+    short: list[str] = []  # why a phase did not reach, first phase first
+    moved: dict[str, int] = {}
+    ops: dict[str, int] = {}
     for start in (0, 1):
         src = ScriptedUniforms(start, seed=pr.seed)
         label = "0.0 first" if start == 0 else "1 - 2**-53 first"
@@ -613,28 +731,74 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
         coins.append(src.coins)
         seeding += src.counts.get("integers", 0)
         unscripted |= src.unscripted
+        for source, n in bypassed(src).items():
+            moved[source] = moved.get(source, 0) + n
+        for op, n in op_draws(src).items():
+            ops[op] = ops.get(op, 0) + n
         if out is not None:
             findings += [f"({label}) {z}" for z in _zero_p_emitted(inputs, out, n_out)]
             classes |= _zero_p_classes(inputs, out, n_out)
+            short += _short_of(inputs, n_out, src, label)
+    data = {"draws": draws, "coins": coins, "op_draws": ops, "bypassed": moved}
     if findings:
         return _result(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
-                       f"{_boundary_class(classes)}", findings=findings[:20], draws=draws, coins=coins,
-                       classes=sorted(classes))
-    if min(coins) < rows:
+                       f"{_boundary_class(classes)}", findings=findings[:20], classes=sorted(classes), **data)
+    fix = ("wrap the call in specaudit.adapters.randomness.routed(rng) (it routes torch, numpy's global RNG and Python's "
+           "random to the scripted rng), or substitute specaudit.contract.uniforms.ScriptedUniforms for a framework's own "
+           "random source")
+    if moved:
+        sources = ", ".join(f"{s} ({n} of 2 scripted calls)" for s, n in sorted(moved.items()))
+        lead = "compiled code bypassed the scripted generator" if any("torch" in s for s in moved) else \
+            "the verifier drew past the scripted generator"
+        return _skipped(name, CONTRACT, f"{lead}: {sources} advanced during the scripted calls, so some draws were real "
+                        "randomness, not the adversarial uniforms (TorchScript, a custom or Triton kernel, an op the routing "
+                        "does not script such as torch.randn / randint / randperm, or a numpy / random function bound before "
+                        f"the call); scripted draws per torch op: {_ops_text(ops)}", **data)
+    if min(coins) < rows or short:
         if draws == 0:
             why = ("it drew only through Generator methods that ScriptedUniforms does not script"
                    if unscripted else "the verifier never drew from the rng it was given")
+        elif short:
+            why = (short[0] + (f" ({seeding} taken through rng.integers, as a seed for another generator)" if seeding else "")
+                   + (", the rest drawn through methods ScriptedUniforms does not script" if unscripted else ""))
         else:
             why = (f"only {min(coins)} scripted uniforms reached it for {rows} rows with a draft"
                    + (f" ({seeding} taken through rng.integers, as a seed for another generator)" if seeding else "")
                    + (", the rest drawn through methods ScriptedUniforms does not script" if unscripted else ""))
-        return _skipped(name, CONTRACT, f"{why}, so the adversarial uniforms never reached its acceptance step; wrap "
-                        "the call in specaudit.adapters.randomness.routed(rng) (it routes torch, numpy's global RNG and "
-                        "Python's random to the scripted rng), or substitute specaudit.contract.uniforms.ScriptedUniforms "
-                        "for a framework's own random source")
+        return _skipped(name, CONTRACT, f"{why}, so the adversarial uniforms never reached its acceptance step; {fix}", **data)
+    per_op = f"; scripted draws per torch op: {_ops_text(ops)}" if ops else ""
     return _result(name, CONTRACT, True, f"{min(coins)}+ scripted uniforms per phase (0.0, 1 - 2**-53) reached the "
-                   f"acceptance step of {rows} rows with a draft: no token of probability 0, every id in [0, {pr.vocab}) "
-                   "x 2 phases", draws=draws, coins=coins)
+                   f"acceptance step of {rows} rows with a draft (at least one per tested draft and per replacement): no token "
+                   f"of probability 0, every id in [0, {pr.vocab}) x 2 phases{per_op}", **data)
+
+
+def _short_of(inputs: Inputs, n_out: np.ndarray, src: ScriptedUniforms, label: str) -> list[str]:
+    """Say how the scripted draws of one phase fall short of what a correct sampler draws for this output, if they do.
+
+    A correct sampler draws one uniform per draft it tests (each accepted one and the first
+    rejected one) and at least one draw per replacement token; an exponential race draws at
+    least one exponential per replacement.
+    """
+    nd = inputs.num_draft
+    accepted = np.minimum(n_out - 1, nd)
+    tested = int(np.where(nd > 0, np.minimum(accepted + 1, nd), 0).sum())
+    replaced = int((accepted < nd).sum())
+    ops = op_draws(src)
+    if src.coins < tested:
+        return [f"({label}) only {src.coins} scripted uniforms reached it for {tested} drafts it tested (one uniform each)"]
+    if src.coins < tested + replaced:
+        return [f"({label}) {src.coins} scripted draws for {tested} tested drafts and {replaced} replacement tokens (one "
+                "uniform per draft and at least one draw per replacement): the replacement tokens were not drawn from the "
+                "script"]
+    races = ops.get("Tensor.exponential_", 0)
+    if races and races < replaced:
+        return [f"({label}) {races} scripted exponentials for {replaced} replacement tokens (an exponential race draws at "
+                "least one per replacement): part of the race bypassed the scripted generator"]
+    return []
+
+
+def _ops_text(ops: dict[str, int]) -> str:
+    return ", ".join(f"{op} {n}" for op, n in sorted(ops.items())) or "none"
 
 
 #: Boundary bug classes the adversarial probe tells apart, and how its failure names them.
@@ -670,7 +834,7 @@ def _boundary_class(classes: set[str]) -> str:
 def inputs_unmodified(pr: Prober) -> CheckResult:
     """No call wrote into draft, q, p or num_draft (copies compared after every call)."""
     name = "inputs-unmodified"
-    pr.call(pr.standard(pr.rng("inputs/inputs"), PROBE_ROWS), pr.rng("inputs"))
+    pr.call(pr.standard(pr.rng("inputs/inputs"), pr.probe_rows), pr.rng("inputs"))
     if pr.mutations:
         where, change = pr.mutations[0]
         return _result(
@@ -759,13 +923,66 @@ def _probe_all(pr: Prober, plan: list[tuple[str, Category, Callable[[Prober], An
     return results, None
 
 
-def _not_chain(spec: Any, contract: str) -> str | None:
-    """Return why the probes do not apply (a non-canonical contract or algorithm), or None."""
-    if contract != "probs":
+#: Probes that hold for every lossless verifier of the canonical contract, whatever its algorithm (chain or
+#: block verification): the efficiency corners (p = q, one-hot run, greedy drafter) hold for the chain rule only.
+ANY_ALGORITHM = (
+    "corner-empty-batch", "corner-k0", "corner-zero-drafts", "corner-one-hot", "determinism", "padding-independence",
+    "adversarial-uniforms", "inputs-unmodified", "contract-clauses",
+)
+
+
+def _canonical(verify: Callable[..., Any], contract: str) -> tuple[Callable[..., Any], bool]:
+    """Return the canonical-contract callable the probes drive and whether p reaches it as logits.
+
+    A logits-contract verifier is driven on ``log q`` and ``log p`` with identity processing
+    (:func:`_on_logits`): softmax of ``log p`` is p, so every probe
+    applies, and p = q is judged within float32 softmax rounding. An adapter that hands its
+    target logits (vLLM >= 0.16) says so itself (:func:`specaudit.adapters.torch.takes_logits`).
+    """
+    if contract == "logits":
+        return _on_logits(verify), True
+    return verify, takes_logits(verify)
+
+
+def _on_logits(verify_logits: Callable[..., Any]) -> Callable[..., Any]:
+    """Return a canonical callable running ``verify_logits`` on ``log q``, ``log p`` with identity processing.
+
+    As :func:`specaudit.contract.logits.as_canonical`, and a write into the logits shows in ``q``
+    or ``p`` (the entries it changed become the exp of what it wrote), so ``inputs-unmodified``
+    sees it.
+    """
+    identity = LogitsParams()
+
+    def call(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
+        with np.errstate(divide="ignore"):
+            logits = (np.log(q), np.log(p))
+        saved = (logits[0].copy(), logits[1].copy())
+        try:
+            return verify_logits(draft, logits[0], logits[1], num_draft, identity, rng)
+        finally:
+            for given, now, before in zip((q, p), logits, saved):
+                if now.shape == before.shape:
+                    moved = ~((now == before) | (np.isnan(now) & np.isnan(before)))
+                    if moved.any():
+                        given[moved] = np.exp(now[moved])
+
+    return call
+
+
+def _not_probed(spec: Any, contract: str) -> str | None:
+    """Return why the probes do not apply (a tree scenario: the tree probes'), or None."""
+    if contract not in ("probs", "logits"):
         return f"contract {contract!r}"
-    if getattr(spec, "algorithm", "chain") != "chain":
-        return f"algorithm {spec.algorithm!r}"
+    if getattr(spec, "algorithm", "chain") not in ("chain", "block"):
+        return f"algorithm {spec.algorithm!r} (its own probes: specaudit.checks.tree_probes)"
     return None
+
+
+def _plan_for(spec: Any, plan: list[tuple[str, Category, Callable[[Prober], Any]]]) -> list[tuple[str, Category, Callable[[Prober], Any]]]:
+    """Keep the probes that hold for the scenario's algorithm (block verification: the contract probes)."""
+    if getattr(spec, "algorithm", "chain") == "chain":
+        return plan
+    return [entry for entry in plan if entry[0] in ANY_ALGORITHM]
 
 
 def run_exact(
@@ -776,13 +993,16 @@ def run_exact(
     Each probe runs on its own: a contract breach fails the probe that met it (the clause is
     named), a VerifierCrash makes that probe ERROR and the others still run; a VerifierTimeout
     stops the probes and is returned as ``error`` with the checks done so far, as is the first
-    crash when every probe crashed.
+    crash when every probe crashed. A logits-contract verifier is probed on ``log p`` with
+    identity processing; a block-verification scenario runs the probes that hold for any lossless
+    verifier (not the chain rule's efficiency corners).
     """
-    why = _not_chain(spec, contract)
+    why = _not_probed(spec, contract)
     if why is not None:
         return ExactOutcome((_skipped("exact-checks", CONTRACT, f"the exact probes speak the canonical chain contract, not {why}"),))
-    pr = Prober(verify, spec, seed)
-    results, error = _probe_all(pr, EXACT_CHECKS, gate_efficiency)
+    canonical, logits_input = _canonical(verify, contract)
+    pr = Prober(canonical, spec, seed, logits_input)
+    results, error = _probe_all(pr, _plan_for(spec, EXACT_CHECKS), gate_efficiency)
     info = {"mode": "exact", "rows": pr.rows}
     return ExactOutcome(tuple(results), error, pr.calls, pr.seconds, info)
 
@@ -790,22 +1010,26 @@ def run_exact(
 def run_scenario_probes(
     verify: Callable[..., Any], spec: Any, seed: int, gate_efficiency: bool = True, contract: str = "probs"
 ) -> ExactOutcome:
-    """Run :data:`SCENARIO_PROBES` on a simulated chain scenario with its own V, K, p and q rows.
+    """Run :data:`SCENARIO_PROBES` on a simulated chain or block scenario with its own V, K, p and q rows.
 
-    Returns no checks where the probes do not apply (another contract or algorithm, a lazy
-    scenario). A corner runs where the scenario reaches it: zero drafts when its draft law allows
-    0 drafts, p = q when its drafter is its target (not in greedy mode: the greedy rule accepts a
-    draft iff it is the argmax), the one-hot corner when its target is one-hot.
+    Returns no checks where the probes do not apply (a tree scenario has its own). Under the
+    logits contract the verifier is probed on ``log p`` with identity processing; a lazy
+    (large-vocabulary) scenario gets fewer rows per probe (:data:`PROBE_FLOATS`); a
+    block-verification scenario runs the probes that hold for any lossless verifier. A corner runs
+    where the scenario reaches it: zero drafts when its draft law allows 0 drafts, p = q when its
+    drafter is its target (not in greedy mode: the greedy rule accepts a draft iff it is the
+    argmax), the one-hot corner when its target is one-hot.
     """
-    if _not_chain(spec, contract) is not None or getattr(spec, "lazy", False):
+    if _not_probed(spec, contract) is not None:
         return ExactOutcome(())
-    plan = [(n, c, f) for n, c, f in EXACT_CHECKS if n in SCENARIO_PROBES]
+    plan = _plan_for(spec, [(n, c, f) for n, c, f in EXACT_CHECKS if n in SCENARIO_PROBES])
     drop = set()
     if spec.k == 0 or spec.draft_law[0] == 0:
         drop.add("corner-zero-drafts")
     if spec.mode == "greedy":  # the greedy rule accepts a draft iff it is the argmax, p = q or not
         drop.add("corner-p-equals-q")
-    pr = Prober(verify, spec, seed)
+    canonical, logits_input = _canonical(verify, contract)
+    pr = Prober(canonical, spec, seed, logits_input)
     if pr.one_hot_q or not _same_chain(pr.target, pr.drafter):  # p = q is a corner of this scenario only if q is p
         drop.add("corner-p-equals-q")
     if not _one_hot_chain(pr.target):  # the one-hot corner applies to a one-hot (greedy-processed) target

@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import re
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -42,8 +43,12 @@ HARNESS = (
     "specaudit/engine/run.py",
     "specaudit/engine/scenario.py",
     "specaudit/checks/probes.py",
+    "specaudit/checks/tree_probes.py",
 )
 
+
+#: Seconds past ``--timeout`` after which a call that swallowed its timeout is ended with its process.
+GRACE = 2.0
 
 #: Set by the SIGINT handler of :func:`catch_interrupts`: a KeyboardInterrupt is the user's only then.
 _SIGINT = [False]
@@ -80,6 +85,16 @@ def board() -> Board | None:
     return cast("Board | None", _WATCH[3])
 
 
+def _watched() -> tuple[int, Any, int]:
+    """Return ``(pid, stamps, slot)`` of this process's clock slot (stamps None when unwatched).
+
+    A function, not the global itself, in the wrapper of `guarded`: the wrapper is pickled by
+    value (``--backend ray`` ships it), and a module function travels by reference where the
+    shared-memory board cannot travel at all.
+    """
+    return _WATCH[0], _WATCH[1], _WATCH[2]
+
+
 def claim() -> None:
     """In a forked worker: take the next free slot of the inherited board (or stop watching if none is free)."""
     shared = board()
@@ -89,6 +104,54 @@ def claim() -> None:
         slot = shared.next.value
         shared.next.value += 1
     watch(shared if slot < len(shared.stamps) else None, slot)
+
+
+#: How a timeout message says to give a slow (not hung) verifier room (issue 16: an interpreted kernel).
+SLOW_HINT = "if it is slow rather than stuck, raise the limit with --timeout S (0: no limit) or pass fewer rows per call with --batch N"
+
+
+def overdue(timeout: float, seconds: float) -> str:
+    """Return what a call that outlived ``timeout + GRACE`` and was killed with its process did."""
+    return (f"the verifier call did not return within {timeout:g} s (--timeout {timeout:g}) and did not stop when "
+            f"told to (it swallows the timeout); its process was killed after {seconds:.1f} s; {SLOW_HINT}")
+
+
+@contextlib.contextmanager
+def watchdog(timeout: float | None, on_overdue: Callable[[str, str], None]) -> Iterator[None]:
+    """End this process when a timed call outlives ``timeout + GRACE``, where no supervisor watches it.
+
+    For processes the supervisor does not own (``--backend ray`` workers): a thread reads this
+    process's own clock slot; past the limit it calls ``on_overdue(message, stack)`` (``stack``:
+    where the main thread is stuck) and ends the process with ``os._exit`` (what the verifier
+    cannot catch). With no timeout it only runs the body.
+    """
+    if not timeout or timeout <= 0 or _WATCH[1] is not None or not _can_alarm():
+        yield
+        return
+    shared = Board(1)
+    watch(shared)
+    done = threading.Event()
+    main = threading.main_thread().ident
+
+    def look() -> None:
+        while not done.wait(0.1):
+            start = shared.stamps[0]
+            if start > 0 and time.monotonic() - start > timeout + GRACE:
+                frame = sys._current_frames().get(main or 0)
+                stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+                try:
+                    on_overdue(overdue(timeout, time.monotonic() - start), stack)
+                finally:
+                    os._exit(70)
+
+    thread = threading.Thread(target=look, name="specaudit-watchdog", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        watch(None)
 
 
 def user_interrupted() -> bool:
@@ -149,6 +212,11 @@ def _user_frames(exc: BaseException) -> str:
     return "".join(traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)).rstrip()
 
 
+def _markers(verify: Any) -> dict[str, Any]:
+    """Return the ``__specaudit*`` attributes an adapter set on ``verify`` (e.g. adapters.torch.LOGITS_INPUT), kept by guarded."""
+    return {k: v for k, v in getattr(verify, "__dict__", {}).items() if k.startswith("__specaudit")}
+
+
 #: Default per-call limit of ``specaudit run --timeout``, seconds.
 DEFAULT_TIMEOUT = 60.0
 
@@ -193,6 +261,7 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
             except BaseException as exc:  # the user's code may raise anything, sys.exit included
                 raise crash(exc) from exc
 
+        call.__dict__.update(_markers(verify))
         return cast(_Call, call)
 
     alarm = int(signal.SIGALRM)
@@ -200,7 +269,7 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
     def late(where: str = "") -> VerifierTimeout:
         return VerifierTimeout(
             f"the verifier call did not return within {timeout:g} s (--timeout {timeout:g}); "
-            f"it was stopped{_stopped_at(where)}",
+            f"it was stopped{_stopped_at(where)}; {SLOW_HINT}",
             where,
         )
 
@@ -218,7 +287,7 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
         previous = _signal.signal(alarm, on_alarm)
         outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
         t0 = time.monotonic()
-        pid, stamps, slot, _ = _WATCH
+        pid, stamps, slot = _watched()
         if stamps is not None:
             stamps[slot] = t0  # the supervisor kills a call older than timeout + grace
         try:
@@ -251,4 +320,5 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
         except BaseException as exc:  # the user's code may raise anything, sys.exit included
             raise crash(exc) from exc
 
+    timed.__dict__.update(_markers(verify))
     return cast(_Call, timed)

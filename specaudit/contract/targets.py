@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -65,6 +66,8 @@ ALIASES.register(  # the tree contract
 
 #: ``mutant:NAME`` names any mutant of the zoo (:data:`specaudit.verifiers.zoo.MUTANTS`).
 MUTANT_PREFIX = "mutant:"
+#: Name prefix of the modules of verifiers loaded from a file path (not importable by that name elsewhere).
+FILE_MODULE_PREFIX = "_specaudit_target_"
 #: The module holding the zoo registry, imported by name when a ``mutant:NAME`` target is loaded.
 ZOO_MODULE = "specaudit.verifiers.zoo"
 
@@ -97,8 +100,8 @@ def alias(spec: Any) -> Alias | None:
 
 #: Top-level modules of optional dependencies -> how to install them (named in "not found" errors).
 INSTALL_HINTS: dict[str, str] = {
-    "torch": "pip install 'specaudit[torch]' (pins the CPU build torch==2.13.0)",
-    "transformers": "pip install 'specaudit[hf]' (installs transformers and torch)",
+    "torch": "pip install -e '.[torch]' in specaudit's checkout (pins the CPU build torch==2.13.0)",
+    "transformers": "pip install -e '.[hf]' in specaudit's checkout (installs transformers and torch)",
     "vllm": "pip install vllm (needs a CUDA GPU)",
     "flashinfer": "pip install flashinfer-python (needs a CUDA GPU)",
 }
@@ -128,7 +131,7 @@ def _raised(what: str, exc: BaseException) -> TargetLoadError:
 
 
 def _import_file(path: Path) -> Any:
-    name = f"_specaudit_target_{abs(hash(str(path.resolve())))}"
+    name = f"{FILE_MODULE_PREFIX}{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise TargetLoadError(f"cannot import {path}: not a Python source file")
@@ -169,7 +172,8 @@ def load_target(spec: str) -> Callable[..., Any]:
     """Return the callable named by ``spec`` (``pkg.mod:attr``, ``file.py:attr``, an alias or ``mutant:NAME``)."""
     obj = load_object(spec)
     if not callable(obj):
-        raise TargetLoadError(f"{spec!r} is a {type(obj).__name__}, not a callable verifier")
+        kind = type(obj).__name__
+        raise TargetLoadError(f"{spec!r} is {'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}, not a callable verifier")
     return obj
 
 
@@ -195,18 +199,65 @@ def check_target(spec: str) -> tuple[str, str]:
             f"{closest(spec, ALIASES)}; aliases: {', '.join(sorted(ALIASES))}"
         )
     if _is_file(module_part):
-        if not Path(module_part).is_file():
-            raise TargetLoadError(f"file {module_part!r} not found (TARGET {spec!r})")
+        _check_file(module_part, spec)
         return module_part, attr_part
     top = module_part.partition(".")[0]
-    if top not in sys.modules and importlib.util.find_spec(top) is None:  # found without running any code
+    try:
+        found = top in sys.modules or importlib.util.find_spec(top) is not None  # without running any code
+    except (ValueError, ImportError):  # a name Python cannot import ("a..b"), reported below
+        found = False
+    if not found:
         hint = INSTALL_HINTS.get(top)
         if hint:
             raise TargetLoadError(f"module {top!r} not found (needed by {module_part!r}): it is optional; {hint}")
         raise TargetLoadError(
             f"module {module_part!r} not found (is it installed, or on PYTHONPATH?); for a file write path/to/file.py:attr"
+            + _local_hint(module_part)
         )
     return module_part, attr_part
+
+
+#: The longest file name (one path component) most file systems allow, in bytes (POSIX NAME_MAX).
+NAME_MAX = 255
+
+
+def _local_hint(module_part: str) -> str:
+    """Return why a module name that is also a path here is not a target (a folder, a file that is not .py)."""
+    try:
+        here = Path(module_part)
+        if here.is_dir():
+            return f"; {module_part!r} here is a folder: name a Python file in it (path/to/file.py:attr)"
+        if here.is_file():
+            return f"; {module_part!r} here is a file but not a Python file (.py)"
+    except (OSError, ValueError):
+        pass
+    return ""
+
+
+def _check_file(module_part: str, spec: str) -> None:
+    """Raise TargetLoadError unless ``module_part`` is an existing Python source file (.py)."""
+    path = Path(module_part)
+    long = [part for part in path.parts if len(os.fsencode(part)) > NAME_MAX]
+    if long:
+        raise TargetLoadError(
+            f"TARGET {spec[:60]!r}...: a name in the path is {len(os.fsencode(long[0])):,} bytes long; "
+            f"allowed: at most {NAME_MAX} (NAME_MAX) per name"
+        )
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except (OSError, ValueError) as exc:  # a path the OS refuses (too long as a whole, a NUL byte)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise TargetLoadError(f"TARGET file {module_part[:80]!r}: cannot be read ({reason})") from None
+    if is_dir:
+        raise TargetLoadError(
+            f"TARGET file {module_part!r} is a folder; name a Python file in it (path/to/file.py:attr)"
+        )
+    if not is_file:
+        raise TargetLoadError(f"file {module_part!r} not found (TARGET {spec!r})")
+    if path.suffix != ".py":
+        raise TargetLoadError(
+            f"TARGET file {module_part!r} is not a Python file (.py); write path/to/file.py:attr"
+        )
 
 
 def load_object(spec: str) -> Any:

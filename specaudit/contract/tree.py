@@ -23,6 +23,19 @@ width ``W``), and the final token: the replacement drawn at the first node none 
 was accepted, or the bonus at an accepted leaf. The round emits ``tokens[b, path[b]]`` then
 ``final[b]``: accepted + 1 tokens.
 
+Logits form (``--contract logits``): the verifier processes the target logits itself, as
+EAGLE's ``evaluate_posterior`` and SGLang's tree sampling do::
+
+    verify_tree(tokens[B,N], parent[B,N], q[B,N,V], target_logits[B,N+1,V], num_nodes[B],
+                params: SamplingParams, rng) -> (path[B,W], final[B])
+
+``q`` stays the law each child was really drawn from (a drafter's sibling laws, without
+replacement or one-hot, are not a processing of logits). The output must follow the processed
+target ``process(target_logits, params)`` at every node, the final token's included. In a
+simulated scenario (:func:`prepare`) the verifier gets ``log p`` with identity processing, so the
+statistics test its tree rule; the ``tree-logits-processing`` probe
+(:mod:`specaudit.checks.tree_probes`) hands it raw logits and real parameters.
+
 Each clause has a stable id, used in messages and reports. Block verification (Sun et al.
 2403.10444) keeps the chain contract of :mod:`specaudit.contract.chain`.
 """
@@ -35,6 +48,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from specaudit.chains.processing import SamplingParams
 from specaudit.contract.chain import as_int64
 from specaudit.errors import ContractError, UsageError
 
@@ -67,6 +81,57 @@ class TreeVerifier(Protocol):
         num_nodes: np.ndarray,
         rng: np.random.Generator,
     ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class TreeLogitsVerifier(Protocol):
+    """A callable in the logits form of the tree contract."""
+
+    def __call__(
+        self,
+        tokens: np.ndarray,
+        parent: np.ndarray,
+        q: np.ndarray,
+        target_logits: np.ndarray,
+        num_nodes: np.ndarray,
+        params: SamplingParams,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+#: How a tree verifier takes the target: processed probabilities, or raw logits plus parameters.
+PAYLOADS = ("probs", "logits")
+
+
+def bind_logits(verify_logits: Callable[..., Any], params: SamplingParams) -> Callable[..., Any]:
+    """Return a tree-contract callable whose ``p`` slot carries target logits handed on with ``params``."""
+
+    def call(tokens, parent, q, target_logits, num_nodes, rng):
+        return verify_logits(tokens, parent, q, target_logits, num_nodes, params, rng)
+
+    call.params = params  # type: ignore[attr-defined]
+    return call
+
+
+def as_probs(verify_logits: Callable[..., Any]) -> Callable[..., Any]:
+    """Return a tree-contract callable (probabilities in) running ``verify_logits`` on ``log p``.
+
+    Identity processing of ``log p`` is ``p``: the simulated scenarios and every probability-based
+    probe reach a verifier of the logits form this way.
+    """
+    identity = SamplingParams()
+
+    def call(tokens, parent, q, p, num_nodes, rng):
+        with np.errstate(divide="ignore"):
+            return verify_logits(tokens, parent, q, np.log(p), num_nodes, identity, rng)
+
+    return call
+
+
+def prepare(verify: Callable[..., Any], payload: str) -> Callable[..., Any]:
+    """Return the tree-contract callable (probabilities in) that drives ``verify`` taking ``payload``."""
+    if payload not in PAYLOADS:
+        raise UsageError(f"contract = {payload!r}; allowed: {', '.join(PAYLOADS)}")
+    return as_probs(verify) if payload == "logits" else verify
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -103,14 +168,11 @@ def check_compatible(func: Callable[..., Any], label: str, scenarios: Iterable[A
     """Raise UsageError when ``func``'s contract differs from what a scenario's algorithm drives.
 
     ``scenarios`` are LoadedScenario objects (``.name``, ``.path``, ``.spec.algorithm``);
-    ``payload`` is the run's ``--contract`` (probs or logits; trees take probabilities only).
+    ``payload`` is the run's ``--contract`` (probs or logits; a tree verifier takes either form).
     """
     have = contract_of(func)
-    if have == "tree" and payload != "probs":
-        raise UsageError(
-            f"--contract {payload}: TARGET {label!r} follows the tree contract, which takes probabilities; "
-            "allowed: --contract probs (the default)"
-        )
+    if have == "tree":
+        _check_tree_arity(func, label, payload)
     for loaded in scenarios:
         algorithm = getattr(loaded.spec, "algorithm", "chain")
         want = CONTRACT_OF_ALGORITHM[algorithm]
@@ -129,6 +191,32 @@ def check_compatible(func: Callable[..., Any], label: str, scenarios: Iterable[A
                 f"{loaded.path}: scenario {loaded.name!r} has algorithm: {algorithm}, which drives the "
                 f"{want} contract, but TARGET {label!r} follows the {have} contract; {fix}"
             )
+
+
+def _check_tree_arity(func: Callable[..., Any], label: str, payload: str) -> None:
+    """Refuse a tree verifier whose positional parameters cannot take ``payload``'s arguments."""
+    if payload not in PAYLOADS:
+        raise UsageError(f"--contract {payload}; allowed: {', '.join(PAYLOADS)}")
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return
+    positional = [p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is inspect.Parameter.empty for p in positional)
+    names = tuple(p.name for p in positional)
+    if payload == "probs" and required > 6:
+        raise UsageError(
+            f"TARGET {label!r} takes {required} arguments {names}; the tree contract passes 6 (tokens, parent, q, p, "
+            "num_nodes, rng). For verify(tokens, parent, q, target_logits, num_nodes, params, rng) pass --contract logits"
+        )
+    if payload == "logits" and len(positional) < 7:
+        raise UsageError(
+            f"--contract logits: TARGET {label!r} takes {len(positional)} arguments {names}; the logits form of the tree "
+            "contract passes 7 (tokens, parent, q, target_logits, num_nodes, params, rng). For verify(tokens, parent, "
+            "q, p, num_nodes, rng) leave out --contract logits"
+        )
 
 
 def _first_bad_row(mask: np.ndarray) -> int:

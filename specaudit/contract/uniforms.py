@@ -127,8 +127,9 @@ class ScriptedUniforms(np.random.Generator):
     @property
     def coins(self) -> int:
         """Return the scripted uniforms that could reach an acceptance test (every method but ``integers``,
-        which wrappers use to seed other generators)."""
-        return self.draws - self.counts.get("integers", 0)
+        which wrappers use to seed other generators, and the ``harness`` draws an adapter makes for itself:
+        ``specaudit.adapters.randomness.harness_draws``)."""
+        return self.draws - self.counts.get("integers", 0) - self.counts.get("harness", 0)
 
     @property
     def unscripted(self) -> bool:

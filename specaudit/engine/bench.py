@@ -23,7 +23,7 @@ from specaudit.chains.tabular import one_hot_of
 from specaudit.checks import statistical as checks
 from specaudit.checks.pit import PitCounts
 from specaudit.checks.prefix import PrefixCounts
-from specaudit.contract import logits
+from specaudit.contract import logits, tree
 from specaudit.simulate.blocks import block_seeds, block_sizes
 from specaudit.simulate.chain import DEFAULT_MAX_MEMORY, Plan, simulate
 from specaudit.simulate.tables import warm
@@ -108,8 +108,9 @@ class Bench:
     def __init__(self, verify: Callable[..., Any], spec: Any, contract: str = "probs", max_memory: int | None = None):
         self.spec = spec
         self.tree = getattr(spec, "algorithm", "chain") == "tree"
-        if self.tree:  # draft trees: the tree contract (specaudit.contract.tree)
+        if self.tree:  # draft trees: the tree contract (specaudit.contract.tree), either payload
             self.target, self.draft = spec.chains()
+            verify = tree.prepare(verify, contract)
         else:
             verify, self.target, self.draft = logits.prepare(verify, contract, *spec.chains())
         self.verify = verify

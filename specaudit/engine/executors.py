@@ -22,7 +22,11 @@ in the run's one shape, ``progress(scenario, done, total)`` (:data:`Progress`). 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import multiprocessing as mp
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specaudit.contract import guard
+from specaudit.contract.targets import FILE_MODULE_PREFIX
 from specaudit.engine.bench import Bench, Progress, Tally
 from specaudit.errors import ContractError, UsageError, VerifierCrash, VerifierTimeout
 from specaudit.results import ErrorInfo
@@ -153,29 +158,54 @@ class _Forked:
             shared.reset()
 
 
-def _ray_block(payload: tuple[Bench, int], block: int) -> Tally | BlockError:
-    bench, seed = payload
-    return run_block(Unit(bench, seed, [block]), block)
+#: Key prefix of the notes a Ray worker leaves in Ray's key-value store before its watchdog ends it.
+_NOTE = "specaudit-overdue"
+
+
+def _ray_block(payload: tuple[Bench, int, float | None, str], block: int) -> Tally | BlockError:
+    bench, seed, timeout, key = payload
+
+    def note(message: str, stack: str) -> None:  # the driver reads it when the task's worker is gone
+        from ray.experimental import internal_kv  # a Ray worker: Ray is there
+
+        internal_kv._internal_kv_put(f"{key}/{block}", f"{message}\n{stack}", overwrite=True)
+
+    with guard.watchdog(timeout, note):  # no supervisor sees a Ray worker: past the timeout it ends itself
+        return run_block(Unit(bench, seed, [block]), block)
 
 
 class _Ray:
-    """Ray tasks on an existing cluster (``address``) or a local instance started here."""
+    """Ray tasks on an existing cluster (``address``) or a local instance started here.
 
-    def __init__(self, units: Sequence[Unit], jobs: int, address: str | None):
+    A task is never retried: a verifier that ends its worker (``os._exit``, a signal, a crash in
+    C code, or a call past ``--timeout`` that the worker's watchdog ended) is that scenario's
+    ERROR, and Ray starts a fresh worker for the next task. A verifier loaded from a file path
+    travels by value (its module is not importable on the workers).
+    """
+
+    def __init__(self, units: Sequence[Unit], jobs: int, address: str | None, timeout: float | None):
         try:
             import ray
         except ImportError:
-            raise UsageError("--backend ray needs Ray: pip install 'specaudit[ray]'") from None
+            raise UsageError("--backend ray needs Ray: pip install -e '.[ray]' in specaudit's checkout") from None
         self.ray = ray
-        self.own = not ray.is_initialized()
-        if self.own:
-            kwargs: dict[str, Any] = {"address": address, "log_to_driver": False}
+        if not ray.is_initialized():  # started once per process and kept for its later scenarios (Ray's atexit ends it)
+            kwargs: dict[str, Any] = {"address": address, "log_to_driver": False, "logging_level": logging.WARNING}
             if address is None:  # a local instance: no dashboard, as many CPUs as --jobs asks for (at least)
                 kwargs.update(include_dashboard=False, num_cpus=max(jobs, 1))
-            ray.init(**kwargs)
+            try:
+                ray.init(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - whatever Ray raises when it cannot start or connect
+                what = "start a local Ray instance" if address is None else f"reach the Ray cluster at {address}"
+                raise UsageError(f"--backend ray: could not {what}: {type(exc).__name__}: {exc}") from None
+        for name, module in list(sys.modules.items()):
+            if name.startswith(FILE_MODULE_PREFIX):
+                ray.cloudpickle.register_pickle_by_value(module)
         cpus = int(ray.available_resources().get("CPU", 1))
         self.slots = 2 * max(jobs, cpus)
-        self.task = ray.remote(_ray_block)
+        self.task = ray.remote(max_retries=0)(_ray_block)
+        self.timeout = timeout
+        self.key = f"{_NOTE}/{os.getpid()}/{time.monotonic_ns()}"
         self.payloads: dict[int, Any] = {}
         self.units = units
 
@@ -183,19 +213,31 @@ class _Ray:
         """Return True when ``exc`` says the worker running a task died."""
         return isinstance(exc, self.ray.exceptions.RayError) and not isinstance(exc, self.ray.exceptions.RayTaskError)
 
+    def died(self, i: int, block: int) -> ErrorInfo:
+        """Return the ERROR of unit ``i`` whose task for ``block`` lost its worker."""
+        from ray.experimental import internal_kv
+
+        with contextlib.suppress(Exception):
+            note = internal_kv._internal_kv_get(f"{self.key}/{i}/{block}")
+            if note:
+                message, _, stack = note.decode(errors="replace").partition("\n")
+                return ErrorInfo("timeout", message.replace("its process", "its Ray worker process"), traceback=stack)
+        return ErrorInfo(DIED, f"the Ray worker process running block {block} of this scenario died: the verifier "
+                               f"ended it (os._exit, a signal, a crash in C code)")
+
     def submit(self, i: int, unit: Unit, block: int, tick: Tick | None = None) -> Future:
         if i not in self.payloads:  # the prepared scenario travels once, not once per block
-            self.payloads[i] = self.ray.put((unit.bench, unit.seed))
+            self.payloads[i] = self.ray.put((unit.bench, unit.seed, self.timeout, f"{self.key}/{i}"))
         return self.task.remote(self.payloads[i], block).future()
 
     def close(self) -> None:
-        if self.own:
-            self.ray.shutdown()
+        pass  # the instance stays up for the next scenario of this process (the supervisor runs them one by one)
 
 
-def _executor(units: Sequence[Unit], jobs: int, backend: str, address: str | None) -> _Inline | _Forked | _Ray:
+def _executor(units: Sequence[Unit], jobs: int, backend: str, address: str | None,
+              timeout: float | None) -> _Inline | _Forked | _Ray:
     if backend == "ray":
-        return _Ray(units, jobs, address)
+        return _Ray(units, jobs, address, timeout)
     if jobs == 1 or "fork" not in mp.get_all_start_methods() or sum(len(u.blocks) for u in units) <= 1:
         return _Inline()
     return _Forked(units, jobs)
@@ -208,6 +250,7 @@ def measure_units(
     jobs: int = 1,
     backend: str = "local",
     address: str | None = None,
+    timeout: float | None = None,
     progress: Progress | None = None,
 ) -> Iterator[tuple[int, Outcome]]:
     """Measure every unit's blocks; yield ``(index, Outcome)`` as each unit finishes.
@@ -216,7 +259,8 @@ def measure_units(
     tally of its blocks so far (merged in block order); at an interim look it returns True to
     stop the unit there. ``progress(scenario, sequences_done, sequences_planned)`` follows
     finished blocks (jobs = 1: finished batches). A unit whose block errs stops scheduling
-    blocks; its error is its outcome.
+    blocks; its error is its outcome. ``timeout`` (``--timeout``) bounds a verifier call on Ray
+    workers, which no supervisor watches.
     """
     n = len(units)
     merged: list[Tally] = [u.bench.empty() for u in units]
@@ -235,7 +279,7 @@ def measure_units(
         u = units[i]
         return lambda seqs, _n: progress(u.name, merged[i].sequences + seqs, u.planned)
 
-    ex = _executor(units, jobs, backend, address)
+    ex = _executor(units, jobs, backend, address, timeout)
     pending: dict[Future, tuple[int, int]] = {}
     try:
         for i in range(n):
@@ -263,12 +307,16 @@ def measure_units(
                 except Exception as exc:
                     if not ex.broken(exc):
                         raise
+                    if isinstance(ex, _Ray):  # Ray: the dead worker held this task alone, and Ray replaces it
+                        done[i] = True
+                        yield i, Outcome(merged[i], ex.died(i, units[i].blocks[pos]), look_at[i])
+                        continue
                     # a worker died (the verifier called os._exit, or was killed by a signal): every scenario
                     # with blocks in flight may be the one; each is an ERROR, never a pass
                     hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
                     pending.clear()
                     ex.close()
-                    ex = _executor(units, jobs, backend, address)
+                    ex = _executor(units, jobs, backend, address, timeout)
                     names = [units[j].name for j in hit]
                     for j in hit:
                         done[j] = True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -23,11 +24,11 @@ from specaudit import __version__, adapters
 from specaudit.analysis.diagnose import annotate as annotate_diagnosis
 from specaudit.analysis.power import annotate as annotate_power
 from specaudit.contract import logits, tree
-from specaudit.contract.guard import DEFAULT_TIMEOUT, catch_interrupts
+from specaudit.contract.guard import catch_interrupts
 from specaudit.contract.targets import load_target
 from specaudit.engine.executors import Progress
-from specaudit.engine.scenario import Task, measure, run_scenarios, scenario_seed
-from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings, default_suspect_level, parse_shard
+from specaudit.engine.scenario import Task, measure, preflight, run_scenarios, scenario_seed, unique_names
+from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings, default_suspect_level
 from specaudit.results import RunResult, ScenarioResult, Status
 from specaudit.scenarios.catalogue import resolve
 from specaudit.scenarios.loading import LoadedScenario
@@ -42,6 +43,7 @@ __all__ = [
     "bind",
     "bind_target",
     "default_suspect_level",
+    "environment",
     "execute",
     "finish",
     "measure",
@@ -50,7 +52,6 @@ __all__ = [
     "rerun_suspects",
     "resolve_scenarios",
     "resolve_target",
-    "run",
     "scenario_seed",
 ]
 
@@ -81,6 +82,9 @@ def resolve_scenarios(scenarios: Sequence[ScenarioLike] | ScenarioLike | None) -
             out.append(LoadedScenario(item, "<api>", 1))
         else:
             out.extend(resolve([item]))
+    out = unique_names(out)  # usage errors before any table is built or process started
+    for item in out:
+        preflight(item)
     return out
 
 
@@ -156,104 +160,6 @@ def rerun_suspects(
     for i in suspects:
         out[i] = dataclasses.replace(results[i], rerun=settled[i])
     return tuple(out)
-
-
-def run(
-    target: str | Callable[..., Any],
-    scenarios: Sequence[ScenarioLike] | ScenarioLike | None = None,
-    *,
-    seed: int | None = None,
-    alpha: float = DEFAULT_ALPHA,
-    samples: int | None = None,
-    method: str = "pearson",
-    gate_efficiency: bool = True,
-    on_scenario: Callable[[ScenarioResult], None] | None = None,
-    progress: Progress | None = None,
-    diagnose: bool = True,
-    contract: str = "probs",
-    timeout: float | None = DEFAULT_TIMEOUT,
-    adapter: str | None = None,
-    adapter_options: Mapping[str, Any] | None = None,
-    jobs: int = 1,
-    max_memory: int | None = None,
-    suspect_level: float | None = None,
-    power: bool = True,
-    early_stop: bool = False,
-    shard: tuple[int, int] | str | None = None,
-    backend: str = "local",
-    address: str | None = None,
-) -> RunResult:
-    """Audit ``target`` on ``scenarios`` and return the RunResult (no printing).
-
-    Parameters
-    ----------
-    target : str or callable
-        Import string (``pkg.mod:attr``, ``file.py:attr``, an alias) or a verifier callable.
-    scenarios : names, paths or Scenario objects, optional
-        Defaults to the shipped default suite.
-    seed : int, optional
-        Run seed; each scenario's seed is derived from it and the scenario's content. Without
-        it every scenario uses its own ``seed``.
-    alpha : float
-        Family-wise error rate over every statistical check of the run (Holm).
-    samples : int, optional
-        Override every scenario's number of sequences.
-    method : {"pearson", "g"}
-        Goodness-of-fit statistic.
-    gate_efficiency : bool
-        Whether tokens/step and accept-length failures fail the run (they are always reported).
-    on_scenario : callable, optional
-        Called with each ScenarioResult as soon as it is measured (before Holm), e.g. to save
-        partial results.
-    progress : callable, optional
-        ``progress(scenario, done, total)`` after every batch of finished sequences.
-    adapter : str, optional
-        Adapter that drives ``target`` in its own layout (``specaudit.adapters``: torch, hf,
-        vllm, flashinfer, an entry point or ``pkg.mod:attr``); overrides a scenario's ``adapter:``.
-        A target alias such as ``hf-transformers`` brings its own.
-    adapter_options : mapping, optional
-        The adapter's options (``--adapter-arg key=value``, ``--device``, ``--dtype``).
-    diagnose : bool
-        For every scenario that fails a check, rank the zoo mutants by how well their expected
-        deviation matches (``specaudit.analysis.diagnose``) and store it in ``info["diagnosis"]``.
-    contract : {"probs", "logits"}
-        How ``target`` is called: the canonical contract on processed probabilities, or the
-        logits contract (raw logits plus sampling parameters, ``specaudit.contract.logits``).
-    timeout : float or None
-        Seconds one verifier call may take before it is stopped and its scenario is an ERROR
-        (``specaudit.contract.guard.guarded``: main thread of a POSIX process only); None or 0: no limit.
-    jobs : int
-        Blocks of every scenario (``specaudit.engine.bench``) run in this many forked processes;
-        results are identical to ``jobs=1``.
-    max_memory : int, optional
-        Bytes the simulator's batch may use (p and q plus the verifier's temporaries);
-        default ``specaudit.simulate.chain.DEFAULT_MAX_MEMORY`` (2 GiB).
-    suspect_level : float, optional
-        A check with alpha < Holm-adjusted p <= this is SUSPECT and its scenario is re-run on a
-        fresh seed with 4x the samples (`rerun_suspects`); default 100 x alpha (at most 0.5);
-        ``suspect_level <= alpha`` disables re-runs.
-    power : bool
-        Add each scenario's detectable TV and its power against every zoo mutant
-        (``specaudit.analysis.power``) to ``info["sensitivity"]`` and ``info["power"]``.
-    early_stop : bool
-        Look at every scenario after 1, 2, 4, ... blocks and stop it once a check has failed
-        for sure (``specaudit.stats.sequential``: alpha spending, family-wise alpha holds); p-values
-        become sequential p-values. Off by default: the last look keeps only alpha/2.
-    shard : (i, n) or "i/n", optional
-        Run only blocks ``b = i mod n`` of every scenario and keep their additive tallies in
-        each result's ``info`` for ``specaudit merge`` (no suspect re-runs: the merge decides).
-    backend : {"local", "ray"}
-        Where blocks run: this machine (``jobs`` processes) or Ray tasks (``specaudit.engine.executors``).
-    address : str, optional
-        The Ray cluster to join (``ray.init(address=...)``); default: a local instance.
-    """
-    settings = RunSettings(
-        alpha=alpha, seed=seed, samples=samples, method=method, gate_efficiency=gate_efficiency, contract=contract,
-        timeout=timeout, max_memory=max_memory, jobs=jobs, backend=backend, address=address,
-        suspect_level=suspect_level, power=power, diagnose=diagnose, early_stop=early_stop, shard=parse_shard(shard),
-        adapter=adapter, adapter_options=adapter_options,
-    )
-    return execute(target, scenarios, settings, progress=progress, on_scenario=on_scenario)
 
 
 def execute(
@@ -365,7 +271,13 @@ def finish(
         started=started,
         seconds=elapsed(),
         settings={**settings.record(adapter), **(recorded or {})},
+        environment=environment(),
     )
+
+
+def environment() -> dict[str, str]:
+    """Return where this process runs (python, numpy, platform): the reports' reproduce line."""
+    return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform()}
 
 
 def _interruptible(

@@ -4,7 +4,8 @@ A run hands :func:`run_scenarios` its :class:`Task` list (verifier, scenario, se
 An exact-mode scenario is probed in this process (:mod:`specaudit.checks.probes`: corners,
 determinism, adversarial uniforms; no simulation). Every simulated chain scenario also runs the
 contract probes with its own chains (:func:`specaudit.checks.probes.run_scenario_probes`:
-determinism, inputs, padding, adversarial uniforms, the corners it reaches), in this process once
+determinism, inputs, padding, adversarial uniforms, the corners it reaches; a tree scenario the tree
+probes of :mod:`specaudit.checks.tree_probes`), in this process once
 its blocks are measured (not after a hang); their pass/fail results join the scenario's checks. Every other scenario becomes a
 :class:`specaudit.engine.executors.Unit` of blocks (:mod:`specaudit.engine.bench`); the blocks run
 on the run's executor (jobs, Ray) and each scenario is checked on its merged tally, at every look
@@ -16,24 +17,26 @@ here and returns the raw measurements, for callers that want numbers rather than
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from specaudit.checks import evaluate, probes
+from specaudit.checks import evaluate, probes, tree_probes
 from specaudit.checks.statistical import Measured
 from specaudit.contract.guard import guarded
 from specaudit.engine.bench import Bench, Tally
 from specaudit.engine.executors import Progress, Unit, measure_units, shard_blocks
 from specaudit.engine.settings import RunSettings
+from specaudit.errors import ScenarioError
 from specaudit.results import CheckResult, ErrorInfo, ScenarioResult
 from specaudit.scenarios.loading import LoadedScenario
 from specaudit.scenarios.schema import Scenario
 from specaudit.stats import sequential
 
-__all__ = ["Task", "base_result", "measure", "run_scenarios", "scenario_seed"]
+__all__ = ["Task", "base_result", "measure", "memory_limit", "preflight", "run_scenarios", "scenario_seed", "unique_names"]
 
 
 class Task(NamedTuple):
@@ -43,6 +46,71 @@ class Task(NamedTuple):
     loaded: LoadedScenario
     seed: int
     samples: int | None = None  # overrides the scenario's
+
+
+def memory_limit() -> int | None:
+    """Return this machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _gib(n: float) -> str:
+    """Return ``n`` bytes in GiB, readable whatever the size."""
+    gib = n / (1 << 30)
+    return f"{gib:,.1f}" if gib < 1e6 else f"{gib:.2g}"
+
+
+def preflight(loaded: LoadedScenario, limit: int | None = None) -> None:
+    """Raise ScenarioError when the scenario's tables and exact laws cannot fit in ``limit`` bytes.
+
+    Checked before anything is allocated, so that ``validate`` refuses what ``run`` would die of
+    (a MemoryError or the OOM killer, minutes in). ``limit``: this machine's memory by default.
+    """
+    limit = memory_limit() if limit is None else limit
+    spec = loaded.spec
+    needs = spec.memory_needs()
+    total = sum(n for n, _ in needs)
+    if limit is None or total <= limit:
+        return
+    kinds = sorted({spec.target.kind, spec.draft.kind})
+    fits = 2
+    lo, hi = 2, spec.vocab  # the largest vocabulary these chain kinds fit in (needs grow with V)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if sum(n for n, _ in spec.memory_needs(mid)) <= limit:
+            fits, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    raise ScenarioError(
+        f"{loaded.path}:{loaded.key_line('vocab')}: vocab: needs {_gib(total)} GiB for {'/'.join(kinds)} chains at "
+        f"V = {spec.vocab:,} ({'; '.join(f'{what}: {_gib(n)} GiB' for n, what in needs)}); "
+        f"this machine has {_gib(limit)} GiB: use `kind: zipf` "
+        f"for target and draft (rows made on demand, no tables), or vocab <= {fits:,} with these kinds"
+    )
+
+
+def unique_names(loaded: Sequence[LoadedScenario]) -> list[LoadedScenario]:
+    """Return the scenarios with repeats of one scenario dropped; raise ScenarioError on two scenarios of one name.
+
+    Results, seeds, baselines and ``specaudit merge`` key scenarios by name: two different
+    scenarios called alike would be reported as one. The same scenario named twice (a name and a
+    tag that includes it) runs once.
+    """
+    out: list[LoadedScenario] = []
+    first: dict[str, LoadedScenario] = {}
+    for item in loaded:
+        seen = first.get(item.name)
+        if seen is None:
+            first[item.name] = item
+            out.append(item)
+        elif seen.spec != item.spec or seen.path != item.path:
+            raise ScenarioError(
+                f"{item.path}:{item.key_line('name')}: name: scenario name {item.name!r} is already used in this run by "
+                f"{seen.path}:{seen.key_line('name')}; names key the results: rename one (e.g. name: {item.name}-2)"
+            )
+    return out
 
 
 def scenario_seed(run_seed: int | None, loaded: LoadedScenario) -> int:
@@ -135,6 +203,8 @@ def run_scenarios(
         spec = task.loaded.spec
         if task.samples is not None:
             spec = spec.model_copy(update={"samples": task.samples})
+        if settings.batch is not None:  # --batch: rows per verifier call (a slow verifier inside --timeout)
+            spec = spec.model_copy(update={"batch": settings.batch})
         if spec.mode == "exact":  # exact probes, no simulation (specaudit.checks.probes)
             slots[t] = _probe(task, spec, settings)
             continue
@@ -168,13 +238,14 @@ def run_scenarios(
         return stop
 
     for i, outcome in measure_units(units, look, jobs=settings.jobs, backend=settings.backend,
-                                    address=settings.address, progress=progress):
+                                    address=settings.address, timeout=settings.timeout, progress=progress):
         t = where[i]
         task, spec, tally = tasks[t], specs[i], outcome.tally
         probe = probes.ExactOutcome(())
         if outcome.error is None or outcome.error.kind != "timeout":  # after a hang, probing would hang again
             t0 = time.perf_counter()
-            probe = probes.run_scenario_probes(verifies[i], spec, task.seed, settings.gate_efficiency, settings.contract)
+            run_probes = tree_probes.run_tree_probes if spec.algorithm == "tree" else probes.run_scenario_probes
+            probe = run_probes(verifies[i], spec, task.seed, settings.gate_efficiency, settings.contract)
             eval_seconds[i] += time.perf_counter() - t0 - probe.verifier_seconds
         result = dataclasses.replace(
             base_result(task.loaded, spec, task.seed),

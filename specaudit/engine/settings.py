@@ -11,6 +11,7 @@ reads plain fields and re-checks nothing. The settings a RunResult records are w
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +21,28 @@ from specaudit.contract.guard import DEFAULT_TIMEOUT
 from specaudit.errors import UsageError, check_level
 from specaudit.stats import sequential
 
-__all__ = ["BACKENDS", "DEFAULT_ALPHA", "RunSettings", "adapter_of", "default_suspect_level", "parse_shard"]
+__all__ = [
+    "BACKENDS", "DEFAULT_ALPHA", "DEFAULT_IMPORT_TIMEOUT", "RunSettings", "adapter_of", "default_suspect_level", "parse_shard",
+]
+
+#: Default of ``specaudit run --import-timeout``, seconds: importing torch, transformers or vLLM takes tens of seconds.
+DEFAULT_IMPORT_TIMEOUT = 300.0
 
 #: Family-wise error rate of a run when none is given.
 DEFAULT_ALPHA = 1e-3
 #: Where blocks can run: this machine's processes, or Ray tasks (:mod:`specaudit.engine.executors`).
 BACKENDS = ("local", "ray")
+#: The most sequences a run may ask per scenario (the scenario schema's bound on ``samples``).
+MAX_SAMPLES = 10**9
+#: The largest ``--batch`` (the scenario schema's bound on ``batch``).
+MAX_BATCH = 1 << 20
 #: Goodness-of-fit statistics (:func:`specaudit.stats.gof.goodness_of_fit`).
 METHODS = ("pearson", "g")
+
+
+def _whole(value: Any) -> bool:
+    """Return True for an integer (numpy's included), False for a float, a bool or anything else."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def default_suspect_level(alpha: float) -> float:
@@ -61,6 +76,9 @@ class RunSettings:
         scenario uses its own ``seed``).
     samples : int or None
         Sequences per scenario, overriding the scenarios'.
+    batch : int or None
+        Rows per verifier call, overriding the scenarios' ``batch`` (a slow verifier: smaller calls
+        stay inside ``timeout``).
     method : {"pearson", "g"}
         Goodness-of-fit statistic.
     gate_efficiency : bool
@@ -69,6 +87,8 @@ class RunSettings:
         How the target is called.
     timeout : float or None
         Seconds one verifier call may take (None or 0: no limit).
+    import_timeout : float or None
+        Seconds the supervised child may take to import and bind the target (None or 0: no limit).
     max_memory : int or None
         Bytes the simulator's batch may use (None: ``specaudit.simulate.chain.DEFAULT_MAX_MEMORY``).
     jobs : int
@@ -96,10 +116,12 @@ class RunSettings:
     alpha: float = DEFAULT_ALPHA
     seed: int | None = None
     samples: int | None = None
+    batch: int | None = None
     method: str = "pearson"
     gate_efficiency: bool = True
     contract: str = "probs"
     timeout: float | None = DEFAULT_TIMEOUT
+    import_timeout: float | None = DEFAULT_IMPORT_TIMEOUT
     max_memory: int | None = None
     jobs: int = 1
     backend: str = "local"
@@ -119,10 +141,16 @@ class RunSettings:
             raise UsageError(f"suspect_level = {self.suspect_level}; allowed: 0 <= suspect_level < 1 (<= alpha: no re-runs)")
         if self.method not in METHODS:
             raise UsageError(f"method = {self.method!r}; allowed: 'pearson', 'g'")
-        if self.samples is not None and self.samples < 1:
-            raise UsageError(f"samples = {self.samples}; allowed: >= 1")
+        if self.samples is not None and not (_whole(self.samples) and 1 <= self.samples <= MAX_SAMPLES):
+            raise UsageError(f"samples = {self.samples!r}; allowed: >= 1 and <= {MAX_SAMPLES:,} (an integer)")
+        if self.batch is not None and not (_whole(self.batch) and 1 <= self.batch <= MAX_BATCH):
+            raise UsageError(f"batch = {self.batch!r}; allowed: an integer 1 .. {MAX_BATCH:,} (rows per verifier call)")
+        if self.seed is not None and not (_whole(self.seed) and 0 <= self.seed < 2**64):
+            raise UsageError(f"seed = {self.seed!r}; allowed: an integer 0 .. 2**64 - 1, or None")
         if self.timeout is not None and not self.timeout >= 0:
             raise UsageError(f"timeout = {self.timeout}; allowed: seconds >= 0 (0 or None: no limit)")
+        if self.import_timeout is not None and not self.import_timeout >= 0:
+            raise UsageError(f"import_timeout = {self.import_timeout}; allowed: seconds >= 0 (0 or None: no limit)")
         if self.shard is not None and self.early_stop:
             raise UsageError("early stop needs every block in order; it cannot be combined with --shard")
         if self.jobs < 1:

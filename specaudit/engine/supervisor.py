@@ -12,7 +12,7 @@ remaining scenarios in a fresh child:
   (SIGSEGV)", with the child's faulthandler traceback;
 - a call that outlives ``--timeout`` because the verifier swallows the timeout (``except
   BaseException: continue``): every timed call writes its start time in shared memory
-  (:class:`specaudit.contract.guard.Board`); past ``timeout + GRACE`` the supervisor dumps the
+  (:class:`specaudit.contract.guard.Board`); past ``timeout + guard.GRACE`` the supervisor dumps the
   stuck process's stack (faulthandler on SIGUSR1) and kills the child's process group;
 - ``--jobs N``: a block worker that dies makes its scenario an ERROR (:mod:`specaudit.engine.executors`);
   the child then measures that scenario again with ``--jobs 1``, so the message says what the
@@ -60,10 +60,7 @@ from specaudit.engine.settings import RunSettings
 from specaudit.errors import ExitCode, SpecauditError, TargetLoadError, UsageError
 from specaudit.results import ErrorInfo, RunResult, ScenarioResult
 
-__all__ = ["GRACE", "execute_supervised", "supported"]
-
-#: Seconds past ``--timeout`` after which a call that swallowed its timeout is killed with its process.
-GRACE = 2.0
+__all__ = ["execute_supervised", "stop_signals", "supported"]
 #: How often the supervisor looks at the child and the call clock, seconds.
 _POLL = 0.05
 #: The most of a faulthandler dump kept in an error's traceback, characters.
@@ -145,6 +142,7 @@ class _Supervisor:
         self._dead_since: dict[int, float] = {}  # worker slots whose process was seen dead mid-call, and when
         self._late_slot = 0
         self._exitcode: int | None = None  # how the last child ended
+        self._loading_since: float | None = None  # when the child started loading the target (None: bound)
 
     def close(self) -> None:
         """Release the faulthandler file."""
@@ -200,6 +198,9 @@ class _Supervisor:
                     result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
                 send(("result", job.index, result))
             send(("done",))
+        except SpecauditError as exc:  # the run cannot go on as asked (Ray cannot start, say): the user's to fix
+            with contextlib.suppress(BaseException):
+                send(("error", type(exc).__name__, str(exc), int(exc.exit_code)))
         except BaseException as exc:  # noqa: BLE001 - a specaudit bug: the supervisor reports it as internal
             with contextlib.suppress(BaseException):
                 send(("internal", type(exc).__name__, "".join(traceback.format_exception(exc))))
@@ -243,6 +244,7 @@ class _Supervisor:
         for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
             self.board.stamps[slot] = 0.0
         child.start()
+        self._loading_since = time.monotonic()
         send.close()
         current: _Job | None = None
         killed: tuple[str, str] | None = None
@@ -256,6 +258,7 @@ class _Supervisor:
                 kind = message[0]
                 if kind == "bound":
                     self.label, self.adapter = message[1], message[2]
+                    self._loading_since = None
                 elif kind == "start":
                     current = next(j for j in jobs if j.index == message[1])
                 elif kind == "progress":
@@ -276,10 +279,10 @@ class _Supervisor:
         if finished:
             return None
         dump = _dump(self.errfile)
-        if self.label is None and current is None:  # it died while loading the target
-            what = _describe(self._exitcode)
-            raise TargetLoadError(f"loading {self.target!r}: the target {what} while importing"
-                                  + (f"\n{dump}" if dump else ""))
+        if self.label is None and current is None:  # it died, or hung, while loading the target
+            what = killed[1] if killed is not None and killed[0] == "import" else (
+                f"the target {_describe(self._exitcode)} while importing")
+            raise TargetLoadError(f"loading {self.target!r}: {what}" + (f"\n{dump}" if dump else ""))
         if current is None:  # between two scenarios: the next one was about to start
             current = jobs[0] if self.label is None else next(
                 (j for j in jobs if j.index not in self.sent), jobs[-1])
@@ -308,9 +311,10 @@ class _Supervisor:
             late = self._overdue()
             if late is not None:
                 self._killed = late
-                if late[0] == "timeout":
+                if late[0] in ("timeout", "import"):
+                    stuck = child.pid if late[0] == "import" else self.board.pids[self._late_slot]
                     with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(self.board.pids[self._late_slot], signal.SIGUSR1)  # faulthandler: where it is stuck
+                        os.kill(stuck, signal.SIGUSR1)  # faulthandler: where it is stuck
                         time.sleep(0.2)
                 self._kill_group(child)
                 child.join()
@@ -319,12 +323,17 @@ class _Supervisor:
     def _overdue(self) -> tuple[str, str] | None:
         """Return (kind, message) when a watched call must be ended, else None.
 
-        Past ``timeout + GRACE`` a call that is still running is killed ("timeout"). A worker that
+        Past ``timeout + guard.GRACE`` a call that is still running is killed ("timeout"); a child
+        still loading the target past ``import_timeout`` is killed ("import"). A worker that
         died inside a call and is not noticed by its pool (a copy the verifier forked holds the
         worker's pipes open) is ended one second after it is seen dead ("died").
         """
         timeout = self.settings.timeout
         now = time.monotonic()
+        limit = self.settings.import_timeout
+        if self._loading_since is not None and limit and now - self._loading_since > limit:
+            return "import", (f"importing and binding the target did not finish within {limit:g} s "
+                              f"(--import-timeout {limit:g}); it hangs at import, or needs longer: raise --import-timeout")
         for slot in range(len(self.board.stamps)):
             start = self.board.stamps[slot]
             if start <= 0:
@@ -335,10 +344,8 @@ class _Supervisor:
                 if now - self._dead_since.setdefault(slot, now) > 1.0:
                     return DIED, "a --jobs worker process died inside a verifier call"
                 continue
-            if timeout and now - start > timeout + GRACE:
-                return "timeout", (f"the verifier call did not return within {timeout:g} s (--timeout {timeout:g}) "
-                                   f"and did not stop when told to (it swallows the timeout); its process was killed "
-                                   f"after {now - start:.1f} s")
+            if timeout and now - start > timeout + guard.GRACE:
+                return "timeout", guard.overdue(timeout, now - start)
         return None
 
     def _kill_group(self, child: Any) -> None:
@@ -381,7 +388,7 @@ def killed_error(killed: tuple[str, str] | None, exitcode: int | None, dump: str
 
 
 def _loading_error(name: str, message: str, code: int) -> SpecauditError:
-    """Return the error the child met while loading and binding the target, as this process raises it."""
+    """Return the error the child met (loading and binding the target, or a usage error later), as raised here."""
     if name == "TargetLoadError":
         return TargetLoadError(message)
     if code == int(ExitCode.USAGE_ERROR):
@@ -416,8 +423,17 @@ def supervised_remeasure(target: str | Callable[..., Any], loaded: list[Any],
 
 
 @contextlib.contextmanager
-def _stop_signals() -> Iterator[None]:
-    """Make SIGINT and SIGTERM raise KeyboardInterrupt here (the run stops, keeping what is finished)."""
+def stop_signals() -> Iterator[None]:
+    """Make SIGINT and SIGTERM raise KeyboardInterrupt here (the run stops, keeping what is finished).
+
+    Main thread only (elsewhere the signals keep their handlers).
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -460,13 +476,17 @@ def execute_supervised(
             on_scenario(result)
 
     def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
+        announce = getattr(progress, "rerun", None)  # optional: say what a re-run costs before it starts (issue 16)
+        first = next((r for r in done if r.name == loaded[i].spec.name), None)
+        if announce is not None and first is not None:
+            announce(first.name, n, first.seconds * n / max(first.samples, 1))
         got: dict[int, ScenarioResult] = {}
         sup.measure([_Job(i, fresh_seed, n)], lambda k, r: got.__setitem__(k, r))
         return got[i]
 
     interrupted = False
     try:
-        with _stop_signals():
+        with stop_signals():
             try:
                 sup.measure([_Job(i) for i in range(len(loaded))], record)
             except KeyboardInterrupt:

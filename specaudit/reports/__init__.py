@@ -5,6 +5,6 @@ Each module renders the same :class:`specaudit.results.RunResult` objects in one
 ``selftest`` tables), ``html`` with ``plots`` and ``templates/`` (one offline page), ``junit``,
 ``github`` (annotations and the job summary), ``json`` (the results file), ``assertion`` (the
 ``assert_lossless`` message) and ``progress`` (the live bar). Numbers are formatted once, in
-``format``. Verdicts come from the result objects, never from here, and only the CLI and the
+``format``; tables are fitted to the console width in ``columns`` (no number or name cut). Verdicts come from the result objects, never from here, and only the CLI and the
 pytest plugin import this package: the engine returns data and never prints.
 """

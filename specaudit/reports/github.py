@@ -2,7 +2,8 @@
 
 Rendered from a RunResult read back from its results document. Annotations point at the scenario YAML
 (``ScenarioResult.path``/``line``), relative to the workspace, so GitHub shows them on the file
-in pull requests. See "Workflow commands for GitHub Actions" (``::error file=...,line=...::``)
+in pull requests; a scenario file outside the workspace (a shipped one, in site-packages) gets no
+``file=``, since GitHub cannot attach it, and the title names the scenario. See "Workflow commands for GitHub Actions" (``::error file=...,line=...::``)
 and ``$GITHUB_STEP_SUMMARY`` in the GitHub documentation.
 """
 
@@ -29,12 +30,18 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def _relative(path: str, workspace: str | None) -> str:
+def _relative(path: str, workspace: str | None) -> str | None:
+    """Return ``path`` relative to the workspace (POSIX separators), or None for a file outside it.
+
+    GitHub attaches an annotation to a file only by its path in the repository; an absolute path
+    (a shipped scenario in site-packages) cannot be attached and shows as a broken link, so a
+    file outside the workspace gets no ``file=`` at all and the title names the scenario.
+    """
     base = Path(workspace or os.getcwd()).resolve()
     try:
-        return str(Path(path).resolve().relative_to(base))
+        return Path(path).resolve().relative_to(base).as_posix()
     except (ValueError, OSError):
-        return path
+        return None
 
 
 def command(level: str, message: str, file: str | None = None, line: int | None = None, title: str | None = None) -> str:
@@ -59,10 +66,9 @@ def annotations(result: RunResult, workspace: str | None = None) -> list[str]:
     """Return an annotation for every errored scenario and failed or suspect check."""
     out = []
     for s in result.scenarios:
-        file: str | None = _relative(str(s.path), workspace)
-        line: int | None = s.line
-        if file is not None and file.startswith("<"):  # scenario objects from the API have no file
-            file, line = None, None
+        # scenario objects from the API ("<...>") and files outside the workspace get no file=
+        file = None if str(s.path).startswith("<") else _relative(str(s.path), workspace)
+        line = s.line if file is not None else None
         best = _best(s.info)
         hint = f" Looks like: {best['mutant']} ({best['description']})" if best else ""
         if s.error is not None:
@@ -79,6 +85,14 @@ def annotations(result: RunResult, workspace: str | None = None) -> list[str]:
     return out
 
 
+def _seeds(result: RunResult) -> str:
+    """Return the seed the run used: the run seed, or each scenario's own seed when the run had none."""
+    if result.seed is not None:
+        return f"seed {result.seed}"
+    own = ", ".join(f"{s.name} {s.seed}" for s in result.scenarios if s.seed is not None)
+    return f"seeds per scenario ({own})" if own else "no seed (nothing ran)"
+
+
 def summary_markdown(result: RunResult) -> str:
     """Return the Markdown job summary: verdict, one row per scenario x check, failures, baseline."""
     status = result.status.value
@@ -86,7 +100,7 @@ def summary_markdown(result: RunResult) -> str:
     lines = [
         f"## specaudit {icon} {status.upper()}: `{result.target}`",
         "",
-        f"specaudit {result.version}, family-wise alpha {result.alpha} (Holm), seed {result.seed}, {float(result.seconds or 0):.1f} s",
+        f"specaudit {result.version}, family-wise alpha {result.alpha} (Holm), {_seeds(result)}, {float(result.seconds or 0):.1f} s",
         "",
         "| scenario | check | statistic | p (Holm) | verdict |",
         "|---|---|---:|---:|---|",

@@ -54,6 +54,11 @@ class ProgressReporter:
         if self._bar is not None:
             self._bar.stop()
 
+    def rerun(self, scenario: str, samples: int, seconds: float) -> None:
+        """Say, before it starts, that SUSPECT ``scenario`` is re-run and what it will cost (an estimate)."""
+        self.console.print(f"specaudit: {scenario} is SUSPECT: re-running it on a fresh seed with {samples:,} sequences "
+                           f"(about {_duration(seconds)} at its first run's pace)", markup=False, highlight=False)
+
     def __call__(self, scenario: str, done: int, total: int) -> None:
         """Record that ``done`` of ``total`` sequences of ``scenario`` are finished."""
         now = time.perf_counter()
@@ -67,3 +72,10 @@ class ProgressReporter:
         elif self.lines and done >= total:
             self.console.print(f"specaudit: {scenario}: {total:,} sequences in {now - start:.2f} s ({rate:,.0f} seq/s)",
                                markup=False, highlight=False)
+
+
+def _duration(seconds: float) -> str:
+    """Return ``seconds`` as '12 s', '3.5 min' or '1.2 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
+from specaudit.reports.columns import Cell, Column, fit_first, fit_matrix
 from specaudit.results import RunResult
 
 #: Power below which a mutant is listed as "weak" in the run's power table.
@@ -19,14 +19,14 @@ def _tv(x: Any) -> str:
     if x is None:
         return ""
     x = float(x)
-    return "none" if x == float("inf") else f"{x:.4f}" if x >= 1e-3 else f"{x:.1e}"
+    return "none" if x == float("inf") else "0" if x == 0 else f"{x:.4f}" if x >= 1e-3 else f"{x:.1e}"
 
 
 def _power(x: Any) -> str:
     if x is None:
         return "n/a"
     x = float(x)
-    return "1" if x >= 1 - 5e-7 else f"{x:.3f}" if x >= 1e-3 else f"{x:.1e}"
+    return "1" if x >= 1 - 5e-7 else "0" if x == 0 else f"{x:.3f}" if x >= 1e-3 else f"{x:.1e}"
 
 
 def _weak(per: Mapping[str, Mapping[str, Any]]) -> str:
@@ -41,8 +41,22 @@ def _weak(per: Mapping[str, Mapping[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def power_table(result: RunResult, verbosity: int = 0) -> Table | None:
-    """Return the per-scenario power table (None when no scenario has power figures)."""
+#: The power table's columns; a mutant name never breaks (it has no space).
+_POWER_COLUMNS = (
+    Column("scenario"),
+    Column("N", "right"),
+    Column("groups", "right"),
+    Column("detectable TV", "right"),
+    Column("resample_from_p", "right"),
+    Column("weak (distribution mutants)"),
+)
+
+
+def power_table(result: RunResult, verbosity: int = 0, width: int | None = None) -> RenderableType | None:
+    """Return the per-scenario power table fitted to ``width`` (None when no scenario has power figures).
+
+    A console too narrow for the table gets one wrapped line per scenario instead.
+    """
     rows: list[tuple[Any, Mapping[str, Any], Mapping[str, Any]]] = [
         (s, s.info["sensitivity"], s.info.get("power") or {}) for s in result.scenarios if s.info.get("sensitivity")
     ]
@@ -53,41 +67,45 @@ def power_table(result: RunResult, verbosity: int = 0) -> Table | None:
         f"power of the joint-law check at level alpha/m = {head['family_alpha']:g}/{head['tests']} "
         f"= {head['alpha']:.2g} (detectable TV at power {head['target_power']:g}; mutants with power < {WEAK:g})"
     )
-    table = Table(title=title, title_justify="left")
-    for col in ("scenario", "N", "groups", "detectable TV", "resample_from_p", "weak (distribution mutants)"):
-        table.add_column(col, justify="right" if col in ("N", "groups", "detectable TV", "resample_from_p") else "left")
+    body: list[list[Cell]] = []
     for s, sens, per in rows:
         bug = per.get("resample_from_p") or {}
         style = "yellow" if sens.get("flag") else ""
-        table.add_row(s.name, f"{sens['samples']:,}", str(sens["groups"]), _tv(sens["detectable_tv"]),
-                      Text(_power(bug.get("power")) if bug else "", style=style), _weak(per))
-    return table
+        body.append([s.name, f"{sens['samples']:,}", str(sens["groups"]), _tv(sens["detectable_tv"]),
+                     Text(_power(bug.get("power")) if bug else "", style=style), _weak(per)])
+    table = fit_first(_POWER_COLUMNS, body, width, title=title)
+    if table is not None:
+        return table
+    lines = [Text(title)]
+    for row in body:
+        fields = ", ".join(f"{col.header} {cell}" for col, cell in zip(_POWER_COLUMNS[1:], row[1:]) if str(cell))
+        lines.append(Text.assemble((f"{row[0]}: ", "bold"), fields))
+    return Group(*lines)
 
 
-def mutant_table(result: RunResult) -> Table | None:
+def mutant_table(result: RunResult, width: int | None = None) -> list[RenderableType] | None:
     """Return the full matrix: power of every scenario's joint-law check against every mutant."""
     rows = [(s.name, s.info.get("power") or {}) for s in result.scenarios if s.info.get("power")]
     if not rows:
         return None
     names = list(rows[0][1])
-    table = Table("mutant", "kind", *[r[0] for r in rows], title="power per mutant (law: exact / simulated / lossless)",
-                  title_justify="left")
-    for name in names:
-        kind = rows[0][1][name].get("kind", "")
-        table.add_row(name, kind, *[_power((per.get(name) or {}).get("power")) for _, per in rows])
-    return table
+    body: list[tuple[list[Cell], list[Cell]]] = [
+        ([name, rows[0][1][name].get("kind", "")], [_power((per.get(name) or {}).get("power")) for _, per in rows])
+        for name in names
+    ]
+    return fit_matrix((Column("mutant"), Column("kind")), [r[0] for r in rows], body, width,
+                      title="power per mutant (law: exact / simulated / lossless)")
 
 
 def render_power(result: RunResult, console: Console, verbosity: int = 0) -> None:
     """Print the power table (with -v the whole mutant matrix) and every flagged scenario."""
-    table = power_table(result, verbosity)
+    table = power_table(result, verbosity, console.width)
     if table is None:
         return
     console.print(table)
     if verbosity > 0:
-        matrix = mutant_table(result)
-        if matrix is not None:
-            console.print(matrix)
+        for part in mutant_table(result, console.width) or ():
+            console.print(part)
     for s in result.scenarios:
         flag = (s.info.get("sensitivity") or {}).get("flag")
         if flag:
@@ -116,19 +134,34 @@ def render_plan(plans: list[Any], console: Console) -> None:
                               f"(noncentral chi-square {p.mutant_power_ncx2:.3f})")
 
 
+#: The calibration table's columns: whole headers, wrapped at spaces (issue 19).
+_CALIBRATION_COLUMNS = (
+    Column("scenario"),
+    Column("check"),
+    Column("KS p", "right"),
+    Column("KS p (Holm)", "right"),
+    Column("false alarms (p <= alpha)", "right"),
+)
+
+
 def render_selftest(result: Any, console: Console, verbosity: int = 0) -> None:
     """Print a ``specaudit.engine.selftest.SelftestResult``: calibration, the zoo, problems, verdict."""
-    t = Table("scenario", "check", "KS p", "KS p (Holm)", "p <= alpha", title=(
-        f"calibration: reference over {result.seeds} seeds, {result.samples:,} sequences per scenario"), title_justify="left")
+    rows: list[list[Cell]] = []
     for c in result.checks:
         if c.degenerate:
             if verbosity > 0:
-                t.add_row(c.scenario, c.check, "degenerate", "", str(c.false_alarms))
+                rows.append([c.scenario, c.check, "degenerate", "", str(c.false_alarms)])
             continue
         style = "red" if c.adjusted_ks_pvalue <= 0.01 else ""
-        t.add_row(c.scenario, c.check, f"{c.ks_pvalue:.3g}", Text(f"{c.adjusted_ks_pvalue:.3g}", style=style), str(c.false_alarms))
+        rows.append([c.scenario, c.check, f"{c.ks_pvalue:.3g}", Text(f"{c.adjusted_ks_pvalue:.3g}", style=style),
+                     str(c.false_alarms)])
+    title = f"calibration: reference over {result.seeds} seeds, {result.samples:,} sequences per scenario"
     if verbosity >= 0:
-        console.print(t)
+        table: RenderableType | None = fit_first(_CALIBRATION_COLUMNS, rows, console.width, title=title)
+        if table is None:  # narrower than any table: one line per check
+            table = Group(Text(title), *(Text(f"{r[0]} / {r[1]}: KS p {r[2]}, Holm {r[3]}, false alarms {r[4]}")
+                                         for r in rows))
+        console.print(table)
     console.print(
         f"KS p (smallest, Holm over checks) = {result.ks_pvalue:.3g}; pooled KS p = {result.pooled_ks_pvalue:.3g}; "
         f"false alarms {result.false_alarms} of {result.tests} p-values at alpha {result.alpha:g} "
@@ -137,12 +170,11 @@ def render_selftest(result: Any, console: Console, verbosity: int = 0) -> None:
     )
     if result.mutants:
         scenarios = list(dict.fromkeys(o.scenario for o in result.mutants))
-        z = Table("mutant", "kind", *scenarios, title="zoo: D = detected (X: promised and missed), . = passed",
-                  title_justify="left")
         by = {(o.mutant, o.scenario): o for o in result.mutants}
+        body: list[tuple[list[Cell], list[Cell]]] = []
         for name in dict.fromkeys(o.mutant for o in result.mutants):
             kind = by[(name, scenarios[0])].kind
-            cells: list[str | Text] = []
+            cells: list[Cell] = []
             for sc in scenarios:
                 o = by.get((name, sc))
                 if o is None:
@@ -152,9 +184,11 @@ def render_selftest(result: Any, console: Console, verbosity: int = 0) -> None:
                 else:
                     mark = "D" if o.status in ("failed", "error") else "."
                     cells.append(Text(mark + ("!" if o.expected == "detect" else ""), style="green" if mark == "D" else ""))
-            z.add_row(name, kind, *cells)
+            body.append(([name, kind], cells))
         if verbosity >= 0:
-            console.print(z)
+            for part in fit_matrix((Column("mutant"), Column("kind")), scenarios, body, console.width,
+                                   title="zoo: D = detected (X: promised and missed), . = passed"):
+                console.print(part)
             console.print("D! = detection promised (predicted joint-law power >= 0.999) and made", style="dim")
     for p in result.problems:
         console.print(Text.assemble(("problem: ", "bold red"), p))

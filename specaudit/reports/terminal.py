@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.text import Text
 
 from specaudit.reports import format as fmt
+from specaudit.reports.columns import Cell, Column, fit, fit_first
 from specaudit.reports.sensitivity import render_power
 from specaudit.results import Comparison, RunResult, ScenarioResult, Status
 
@@ -20,27 +21,81 @@ STYLE = {
 }
 
 
-def summary_table(result: RunResult) -> Table:
-    """Return the table: one row per scenario x check."""
-    table = Table(title=Text(f"specaudit {result.version}: {result.target}"), title_justify="left")
-    for col in ("scenario", "check", "statistic", "p (Holm)", "TV (null)", "tokens/step (exact)", "verdict"):
-        table.add_column(col, justify="right" if col not in ("scenario", "check", "verdict") else "left")
+#: The summary's columns after the scenario: numbers never break, except a statistic before its "/df".
+_CHECK_COLUMNS = (
+    Column("check", breaks="text"),
+    Column("statistic", "right", breaks="stat"),
+    Column("p (Holm)", "right"),
+    Column("TV (null)", "right"),
+    Column("tokens/step (exact)", "right"),
+    Column("verdict"),
+)
+
+
+def _groups(result: RunResult) -> list[tuple[str, list[list[Cell]]]]:
+    """Return (scenario label, rows of check, statistic, p, TV, tokens/step, verdict) per scenario result."""
+    groups: list[tuple[str, list[list[Cell]]]] = []
     for s in result.scenarios:
         if s.error is not None:
             where = f" [{s.error.clause}]" if s.error.clause else ""
-            table.add_row(Text(s.name), Text(f"{s.error.kind}{where}"), "", "", "", "", Text("error", STYLE[Status.ERROR]))
+            groups.append((s.name, [[Text(f"{s.error.kind}{where}"), "", "", "", "", Text("error", STYLE[Status.ERROR])]]))
             continue
         # a SUSPECT scenario's re-run (fresh seed, 4x samples) follows its first result
         for part in s.attempts():
-            label = s.name if part is s else f"{s.name} (re-run, N {part.samples:,})"
+            rows: list[list[Cell]] = []
             for c in part.checks:
                 d = c.data
                 tv = f"{d['tv']:.4f} ({d['tv_null']:.4f})" if "tv_null" in d else ""
                 tps = f"{d['estimate']:.3f} ({d['exact']:.3f})" if c.name == "tokens-per-step" else ""
                 stat = "" if c.statistic is None else (f"{c.statistic:.1f}" + (f"/{c.df}df" if c.df is not None else ""))
                 verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
-                table.add_row(Text(label), Text(c.name), stat, fmt.pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue), tv, tps, verdict)
-    return table
+                p = fmt.pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue)
+                rows.append([Text(c.name), stat, p, tv, tps, verdict])
+            groups.append((s.name if part is s else f"{s.name} (re-run, N {part.samples:,})", rows))
+    return groups
+
+
+def _as_lines(groups: list[tuple[str, list[list[Cell]]]], title: Text) -> Group:
+    """Return the summary as plain lines (a console too narrow for any table): words wrap, numbers stay whole."""
+    lines: list[RenderableType] = [title]
+    for label, rows in groups:
+        lines.append(Text(label, style="bold"))
+        for row in rows:
+            fields = [f"{col.header} {cell}" for col, cell in zip(_CHECK_COLUMNS[1:5], row[1:5]) if str(cell)]
+            verdict = row[5] if isinstance(row[5], Text) else Text(row[5])
+            lines.append(Padding(Text.assemble(row[0], ": ", ", ".join(fields), " - " if fields else "", verdict), (0, 0, 0, 2)))
+    return Group(*lines)
+
+
+def summary_table(result: RunResult, width: int | None = None) -> RenderableType:
+    """Return the summary, one row per scenario x check, laid out to fit ``width`` (None: natural widths).
+
+    Tried in order, the first that fits whole: a scenario column; the scenario as a heading row
+    above its checks, indented (with the outer border, then without), then not indented; plain lines.
+    A number or a check name is never cut (issue 19).
+    """
+    title = Text(f"specaudit {result.version}: {result.target}")
+    groups = _groups(result)
+    flat = [[Text(label), *row] for label, rows in groups for row in rows]
+    table = fit((Column("scenario"), *_CHECK_COLUMNS), flat, width, title=title)
+    if table is not None:
+        return table
+    for indent, edge in (("  ", True), ("  ", False), ("", True), ("", False)):
+        grouped: list[list[Cell] | None] = []
+        for label, rows in groups:
+            if grouped:
+                grouped.append(None)
+            grouped.append([Text(label, style="bold"), "", "", "", "", ""])
+            grouped += [[Text(indent) + row[0], *row[1:]] for row in rows]
+        head = Column("scenario / check")
+        table = fit((head, *_CHECK_COLUMNS[1:]), grouped, width, title=title, show_edge=edge)
+        if table is not None:
+            return table
+    return _as_lines(groups, title)
+
+
+#: The most deviating cells: a cell (a token sequence) stays on one line.
+_CELL_COLUMNS = (Column("sequence", breaks="none"), Column("observed"), Column("expected"), Column("std. residual"))
 
 
 def _details(console: Console, s: ScenarioResult) -> None:
@@ -55,10 +110,11 @@ def _details(console: Console, s: ScenarioResult) -> None:
         console.print(Text.assemble((f"{s.name} / {c.name}: ", "bold"), c.summary))
         top = c.data.get("top_cells") or []
         if top:
-            t = Table("sequence", "observed", "expected", "std. residual", title="most deviating cells", title_justify="left")
-            for cell in top[:5]:
-                t.add_row(str(cell["cell"]), str(cell["observed"]), f"{cell['expected']:.1f}", f"{cell['residual']:+.1f}")
-            console.print(t)
+            rows: list[list[Cell]] = [[str(cell["cell"]), str(cell["observed"]), f"{cell['expected']:.1f}",
+                                       f"{cell['residual']:+.1f}"] for cell in top[:5]]
+            table = fit_first(_CELL_COLUMNS, rows, console.width, title="most deviating cells")
+            console.print(table if table is not None else Group(Text("most deviating cells"), *(
+                Text(f"  {r[0]}: observed {r[1]}, expected {r[2]}, std. residual {r[3]}") for r in rows)))
     _diagnosis(console, s)
 
 
@@ -88,20 +144,37 @@ def render_baseline(comparison: Comparison, console: Console, verbosity: int = 0
         console.print(Text(f"not comparable (scenario changed): {', '.join(comparison.not_comparable)}", style="yellow"))
 
 
+_BASELINE_COLUMNS = (
+    Column("scenario"),
+    Column("verdict then -> now"),
+    Column("tokens/step then -> now", "right"),
+    Column("change", "right"),
+    Column("note"),
+)
+
+
 def _baseline_table(comparison: Comparison, console: Console) -> None:
-    t = Table("scenario", "verdict then -> now", "tokens/step then -> now", "change", "note",
-              title=f"against baseline {comparison.path}", title_justify="left")
+    rows: list[list[Cell]] = []
     for r in comparison.rows:
         tps = f"{fmt.optional(r.old_tps, '.4f')} -> {fmt.optional(r.new_tps, '.4f')}" if r.old_tps is not None or r.new_tps is not None else ""
         change = "" if r.tps_change is None else f"{100 * r.tps_change:+.2f}%"
-        t.add_row(Text(r.scenario), f"{r.old_status or '-'} -> {r.new_status or '-'}", tps, change, Text(r.note))
-    console.print(t)
+        rows.append([Text(r.scenario), f"{r.old_status or '-'} -> {r.new_status or '-'}", tps, change, Text(r.note)])
+    title = f"against baseline {comparison.path}"
+    table = fit_first(_BASELINE_COLUMNS, rows, console.width, title=title)
+    if table is None:  # narrower than any table: natural widths, rich wraps what it must
+        table = fit(_BASELINE_COLUMNS, rows, None, title=title)
+    console.print(table)
+
+
+def _plural(status: Status, n: int) -> str:
+    """Return the status word for ``n`` scenarios: '2 errors', but '2 failed', '2 passed'."""
+    return "errors" if status is Status.ERROR and n != 1 else status.value
 
 
 def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     """Print the run: table (unless quiet), failure details, and the final line."""
     if verbosity >= 0:
-        console.print(summary_table(result))
+        console.print(summary_table(result, console.width))
         render_power(result, console, verbosity)  # the run's sensitivity: what each scenario could detect
         for s in result.scenarios:
             if s.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) or verbosity > 0:
@@ -109,7 +182,7 @@ def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     counts: dict[Status, int] = {}
     for s in result.scenarios:
         counts[s.status] = counts.get(s.status, 0) + 1
-    parts = ", ".join(f"{n} {st.value}" for st, n in sorted(counts.items(), key=lambda kv: -kv[0].severity))
+    parts = ", ".join(f"{n} {_plural(st, n)}" for st, n in sorted(counts.items(), key=lambda kv: -kv[0].severity))
     line = Text.assemble(
         ("specaudit: ", "bold"),
         (result.status.value.upper(), STYLE[result.status]),

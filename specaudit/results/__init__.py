@@ -259,6 +259,8 @@ class RunResult:
     seconds: float = 0.0
     #: The run's settings, as the results document stores them.
     settings: Mapping[str, Any] = field(default_factory=dict)
+    #: Where the run ran: ``python``, ``numpy`` and ``platform`` version strings (the reports' reproduce line).
+    environment: Mapping[str, Any] = field(default_factory=dict)
     #: Results so far of a run still going (or stopped): written after every scenario.
     partial: bool = False
     #: The comparison with a ``--baseline`` run, when one was asked for.

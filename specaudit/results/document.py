@@ -124,6 +124,25 @@ def _need(d: Mapping[str, Any], key: str, where: str) -> Any:
     return d[key]
 
 
+#: What each typed field may hold: JSON kinds, by the name used in messages.
+_KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+
+
+def _typed(d: Mapping[str, Any], key: str, where: str, kind: str, default: Any = ..., optional: bool = False) -> Any:
+    """Return ``d[key]`` (or ``default`` when absent) after checking it is a ``kind`` (null allowed when ``optional``)."""
+    value = _need(d, key, where) if default is ... else d.get(key, default)
+    if value is None and (optional or default is None):
+        return None
+    if kind == "number":
+        value = _float(value)
+    ok = isinstance(value, _KINDS[kind]) and (kind == "boolean" or not isinstance(value, bool))
+    if not ok:
+        spot = f"{where}.{key}" if where else key
+        raise _Bad(spot, f"expected {'an' if kind == 'integer' else 'a'} {kind}{' or null' if optional else ''}, "
+                         f"got {_kind(value)} {value!r:.40}")
+    return value
+
+
 def _object(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise _Bad(where, f"expected a JSON object, got {_kind(value)}")
@@ -153,15 +172,15 @@ def _kind(value: Any) -> str:
 def _check(value: Any, where: str) -> CheckResult:
     d = _object(value, where)
     return CheckResult(
-        name=_need(d, "name", where),
+        name=_typed(d, "name", where, "string"),
         category=_enum(Category, _need(d, "category", where), f"{where}.category"),
         status=_enum(Status, _need(d, "status", where), f"{where}.status"),
-        summary=_need(d, "summary", where),
-        statistic=_float(d.get("statistic")),
-        pvalue=_float(d.get("pvalue")),
-        df=d.get("df"),
-        adjusted_pvalue=_float(d.get("adjusted_pvalue")),
-        gate=d.get("gate", True),
+        summary=_typed(d, "summary", where, "string"),
+        statistic=_typed(d, "statistic", where, "number", None, optional=True),
+        pvalue=_typed(d, "pvalue", where, "number", None, optional=True),
+        df=_typed(d, "df", where, "number", None, optional=True),
+        adjusted_pvalue=_typed(d, "adjusted_pvalue", where, "number", None, optional=True),
+        gate=_typed(d, "gate", where, "boolean", True),
         data=_object(d.get("data", {}), f"{where}.data"),
     )
 
@@ -171,20 +190,23 @@ def _error(value: Any, where: str) -> ErrorInfo:
     known = {f.name for f in dataclasses.fields(ErrorInfo)}
     if set(d) - known:
         raise _Bad(where, f"unknown key {sorted(set(d) - known)[0]!r}")
-    return ErrorInfo(kind=_need(d, "kind", where), message=_need(d, "message", where),
-                     clause=d.get("clause"), traceback=d.get("traceback", ""))
+    return ErrorInfo(kind=_typed(d, "kind", where, "string"), message=_typed(d, "message", where, "string"),
+                     clause=_typed(d, "clause", where, "string", None, optional=True),
+                     traceback=_typed(d, "traceback", where, "string", ""))
 
 
 def _scenario(value: Any, where: str) -> ScenarioResult:
     s = _object(value, where)
     err = s.get("error")
+    fields = {"name": "string", "path": "string", "line": "integer", "content_hash": "string", "description": "string",
+              "seed": "integer", "samples": "integer"}
     return ScenarioResult(
-        **{k: _need(s, k, where) for k in ("name", "path", "line", "content_hash", "description", "seed", "samples")},
+        **{k: _typed(s, k, where, kind) for k, kind in fields.items()},
         checks=_items(s.get("checks", []), f"{where}.checks", _check),
         error=_error(err, f"{where}.error") if err else None,
-        seconds=s.get("seconds", 0.0),
-        verifier_seconds=s.get("verifier_seconds", 0.0),
-        calls=s.get("calls", 0),
+        seconds=_typed(s, "seconds", where, "number", 0.0),
+        verifier_seconds=_typed(s, "verifier_seconds", where, "number", 0.0),
+        calls=_typed(s, "calls", where, "integer", 0),
         info=_object(s.get("info", {}), f"{where}.info"),
         rerun=_scenario(s["rerun"], f"{where}.rerun") if s.get("rerun") else None,  # a SUSPECT scenario's re-run
     )
@@ -229,16 +251,17 @@ def from_document(doc: Any, source: str = "results document") -> RunResult:
     try:
         base = doc.get("baseline")
         return RunResult(
-            target=_need(doc, "target", ""),
-            alpha=_need(doc, "alpha", ""),
-            seed=doc.get("seed"),
-            version=doc.get("version", "?"),
+            target=_typed(doc, "target", "", "string"),
+            alpha=_typed(doc, "alpha", "", "number"),
+            seed=_typed(doc, "seed", "", "integer", None, optional=True),
+            version=_typed(doc, "version", "", "string", "?"),
             scenarios=_items(_need(doc, "scenarios", ""), "scenarios", _scenario),
-            interrupted=doc.get("interrupted", False),
-            started=doc.get("started", ""),
-            seconds=doc.get("seconds", 0.0),
+            interrupted=_typed(doc, "interrupted", "", "boolean", False),
+            started=_typed(doc, "started", "", "string", ""),
+            seconds=_typed(doc, "seconds", "", "number", 0.0),
             settings=_object(doc.get("settings", {}), "settings"),
-            partial=doc.get("partial", False),
+            environment=_object(doc.get("environment", {}), "environment"),
+            partial=_typed(doc, "partial", "", "boolean", False),
             baseline=_comparison(base, "baseline") if base else None,
         )
     except _Bad as exc:
@@ -248,9 +271,26 @@ def from_document(doc: Any, source: str = "results document") -> RunResult:
 def read_document(path: str | Path) -> dict[str, Any]:
     """Read a results file as its JSON document, checked field by field (ResultsFileError otherwise)."""
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsFileError(f"cannot read results file {path}: {exc}") from None
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read results file {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(
+            f"cannot read results file {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # an error at the very end of the text: the file was cut short (a copy or a write that did not finish)
+        ended = exc.pos >= len(text.rstrip())
+        what = "the JSON ends early (a truncated file?)" if ended and text.strip() else "not JSON"
+        raise ResultsFileError(
+            f"cannot read results file {path}: {exc.msg} at line {exc.lineno} column {exc.colno}: {what}"
+        ) from None
+    except RecursionError:
+        raise ResultsFileError(f"cannot read results file {path}: JSON nested too deeply") from None
     from_document(doc, str(path))
     return doc
 

@@ -3,7 +3,9 @@
 Parsing keeps PyYAML's node tree beside the data, so that a pydantic error location (``target.matrix
 [2]``) is mapped back to the line that holds it; union-branch labels are dropped from locations, and
 whole-scenario checks point at the key their message names. `LoadedScenario` is what the engine
-runs: the model plus where it came from. The models and their rules live in
+runs: the model plus where it came from. Before any validation a file larger than
+:data:`MAX_SCENARIO_BYTES` (refused unread), a file that is not UTF-8 and a mapping that repeats a
+key (PyYAML would keep the last value silently) are ScenarioErrors. The models and their rules live in
 `specaudit.scenarios.schema`; this module only reads files and words errors.
 """
 
@@ -23,6 +25,11 @@ from specaudit.scenarios.schema import Scenario
 #: libyaml's safe loader when available (same nodes and marks, ~10x faster), else PyYAML's.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+#: Scenario files larger than this are refused before parsing: PyYAML keeps a node per scalar
+#: (a 50 MB file took > 4 GB and minutes), and a hand-written scenario is a few kB. An explicit
+#: 600 x 600 matrix still fits; larger chains are generated (``kind: dirichlet``, ``logits``, ``zipf``).
+MAX_SCENARIO_BYTES = 4 << 20
+
 
 @dataclass(frozen=True)
 class LoadedScenario:
@@ -31,6 +38,11 @@ class LoadedScenario:
     spec: Scenario
     path: str
     line: int = 1
+    keys: tuple[tuple[str, int], ...] = ()  # (top-level key, its line), for messages
+
+    def key_line(self, key: str) -> int:
+        """Return the line of a top-level key of the file (the scenario's line when unknown)."""
+        return dict(self.keys).get(key, self.line)
 
     @property
     def name(self) -> str:
@@ -89,22 +101,57 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(k for k in loc if not _is_branch_label(k))
 
 
+def _duplicate_key(root: yaml.Node | None) -> tuple[str, int, int] | None:
+    """Return (key, first line, second line) of the first key repeated in a mapping, or None.
+
+    YAML 1.2 requires unique keys, but PyYAML keeps the last value silently (``vocab: 4`` then
+    ``vocab: 8`` reads as 8); a scenario must say what it means once.
+    """
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    line = key.start_mark.line + 1
+                    if key.value in seen:
+                        return key.value, seen[key.value], line
+                    seen[key.value] = line
+                stack.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return None
+
+
 def parse_scenario(text: str, path: str = "<string>") -> LoadedScenario:
     """Parse and validate one scenario document; raise ScenarioError with file:line on any problem."""
-    try:
-        root = yaml.compose(text, Loader=_YAML_LOADER)
-        data = yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (C or Python): no arbitrary objects
+    loader = _YAML_LOADER(text)  # a safe loader (C or Python): no arbitrary objects
+    try:  # parse once: the node tree (for lines) and the data built from it
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         raise ScenarioError(f"{path}:{line}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    finally:
+        loader.dispose()
+    duplicate = _duplicate_key(root)
+    if duplicate is not None:
+        key, first, again = duplicate
+        raise ScenarioError(
+            f"{path}:{again}: {key}: duplicate key (first given at line {first}); YAML would keep only the "
+            f"last value silently: give {key!r} once"
+        )
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}:1: a scenario must be a YAML mapping (name: ..., vocab: ..., ...)")
     try:
         spec = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(_describe(exc, root, path)) from None
-    return LoadedScenario(spec, path, 1)
+    top = root.value if isinstance(root, yaml.MappingNode) else []
+    keys = tuple((k.value, k.start_mark.line + 1) for k, _ in top if isinstance(k, yaml.ScalarNode))
+    return LoadedScenario(spec, path, 1, keys)
 
 
 def _describe(exc: ValidationError, root: yaml.Node | None, path: str) -> str:
@@ -141,7 +188,21 @@ def load_scenario(path: str | Path) -> LoadedScenario:
     """Load one scenario file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as fh:  # the size guard reads at most one byte past the limit
+            raw = fh.read(MAX_SCENARIO_BYTES + 1)
     except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror}") from None
+        raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(
+            f"{path}: scenario file larger than {MAX_SCENARIO_BYTES >> 20} MiB (the limit); a scenario is a few kB: "
+            "generate large chains (kind: dirichlet, logits or zipf with a seed) instead of listing them"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ScenarioError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save the scenario file as UTF-8"
+        ) from None
     return parse_scenario(text, str(path))

@@ -235,6 +235,17 @@ def _entropy(role_seed: np.random.SeedSequence) -> list[int]:
     return list(cast(Sequence[int], role_seed.entropy))
 
 
+def _states(spec: Any, vocab: int) -> int | None:
+    """Return the number of states of a chain spec's tables at ``vocab`` (None for a lazy chain)."""
+    if isinstance(spec, Zipf):
+        return None
+    if isinstance(spec, ContextFree) or (isinstance(spec, Logits) and spec.matrix is not None and len(spec.matrix) == 1):
+        return 1
+    if isinstance(spec, OneHot):
+        return _states(spec.base, vocab)
+    return vocab  # markov, dirichlet, logits: first order, one state per previous token
+
+
 def _normalised(row: list[float]) -> np.ndarray:
     arr = np.asarray(row, dtype=np.float64)
     return arr / arr.sum()
@@ -399,6 +410,39 @@ class Scenario(_Spec):
     def joint_cells(self) -> int:
         """Return V**L, the number of cells of the joint law."""
         return self.vocab**self.length
+
+    def memory_needs(self, vocab: int | None = None) -> list[tuple[int, str]]:
+        """Return (bytes, what) of the large arrays a run of this scenario holds at once, largest first.
+
+        Tabular chains hold three ``[states, V]`` tables each (probabilities, next states, and the
+        cumulative rows sampling uses, 8 bytes an entry; :mod:`specaudit.chains.tabular`), and
+        drawing a random chain (dirichlet, logits) keeps two more while it is built. The exact
+        round law of a sampled scenario (:func:`specaudit.laws.chain.round_kernels` and
+        ``step_kernels``) holds ``k + 7`` dense ``[S, S]`` arrays over the joint states
+        ``S = S_target x S_draft`` (three round kernels, ``k + 1`` step kernels, the power of the
+        accept kernel and two products) and four ``[S, V]`` routing arrays; at V = 48, k = 3 the
+        estimate is 409 MiB and a run's resident memory grows by 380 MiB (dirichlet, L = 2). Lazy chains (zipf) hold no tables. ``vocab`` overrides V.
+        """
+        v = self.vocab if vocab is None else vocab
+        target = _states(self.target, v)
+        if isinstance(self.draft, Greedy) and self.draft.base is not None:
+            draft = _states(self.draft.base, v)
+        elif isinstance(self.draft, (SameAsTarget, Greedy, SameLogitsAsTarget)):
+            draft = target
+        else:
+            draft = _states(self.draft, v)
+        if target is None or draft is None:
+            return []
+        chains_ = 1 if isinstance(self.draft, SameAsTarget) else 2
+        drawn = sum(isinstance(c, (Dirichlet, Logits)) for c in (self.target, self.draft))
+        table = 8 * v * max(target, draft)
+        needs = [(chains_ * 3 * table + 2 * table * min(drawn, 1), f"the chain tables ({chains_ * 3} arrays of "
+                  f"{max(target, draft):,} x {v:,} x 8 bytes)")]
+        if self.mode == "sample":
+            joint, dense = target * draft, self.k + 7  # 3 round kernels, k + 1 step kernels, A^m and 2 products
+            needs.append((dense * 8 * joint * joint + 4 * 8 * joint * v,
+                          f"the exact round law ({dense} arrays of {joint:,} x {joint:,} joint states x 8 bytes)"))
+        return sorted(needs, reverse=True)
 
     def chains(self) -> tuple[chains.TabularChain, chains.TabularChain]:
         """Build (target, drafter) chains; draft kinds that refer to the target are resolved here."""

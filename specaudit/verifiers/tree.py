@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from specaudit.chains.processing import SamplingParams, process
 from specaudit.chains.sampling import sample_rows
 from specaudit.contract.tree import tree_contract
 
@@ -39,8 +40,15 @@ def verify_tree(
     *,
     residual: Literal["updated", "frozen"] = "updated",
     duplicates: Literal["tested", "double"] = "tested",
+    accept: Literal["lt", "leq_ratio"] = "lt",
+    bonus: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run SpecInfer Alg. 2; switches at their defaults are the reference, each other value one zoo bug."""
+    """Run SpecInfer Alg. 2; switches at their defaults are the reference, each other value one zoo bug.
+
+    ``accept="leq_ratio"`` tests ``u <= p/q`` (a child of probability 0 is accepted at u = 0);
+    ``bonus`` [B, N+1, V], when given, is the law the final token is drawn from at a node where
+    no child was rejected (an accepted leaf, a childless root) in place of ``p``.
+    """
     tokens = np.asarray(tokens)
     parent = np.asarray(parent)
     num_nodes = np.asarray(num_nodes, dtype=np.int64)
@@ -57,6 +65,7 @@ def verify_tree(
     res = base.copy()  # current target: the residual after the children rejected so far
     last_q = np.zeros_like(res)  # q of the last rejected child (for the frozen-residual bug)
     seen = np.zeros(res.shape, dtype=bool)  # tokens of the current node's children tested so far
+    rejected = np.zeros(batch, dtype=bool)  # a child of the current node was rejected
     for j in range(n):
         live = (j < num_nodes) & (parent[:, j] == cur)  # padding is never read as a tree
         if not live.any():
@@ -74,8 +83,15 @@ def verify_tree(
             seen[rows[live], x[live]] = True
         norm = target.sum(axis=1)
         p_x = target[rows, x] / np.where(norm > 0, norm, 1.0)
-        accept = live & (u[:, j] * q_j[rows, x] < p_x)
-        reject = live & ~accept
+        if accept == "leq_ratio":
+            # Bug: u <= p/q; at u = 0 a child with p = 0 passes (EAGLE evaluate_posterior `r <= acp`).
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ok = u[:, j] <= p_x / q_j[rows, x]
+        else:
+            ok = u[:, j] * q_j[rows, x] < p_x
+        took = live & ok
+        reject = live & ~took
+        rejected |= reject
         # Rejected: p <- norm(max(p - q_j, 0)). p = q_j exactly leaves nothing; then rejection had
         # probability 0 and the row keeps p.
         sub = np.maximum(res - q_j, 0.0)
@@ -84,8 +100,8 @@ def verify_tree(
         res = np.where(upd, sub / np.where(total > 0, total, 1.0), res)
         last_q = np.where(reject[:, None], q_j, last_q)
         # Accepted: record the node and descend; its target law is p[:, 1 + j].
-        if accept.any():
-            a = rows[accept]
+        if took.any():
+            a = rows[took]
             path[a, depth[a]] = j
             depth[a] += 1
             cur[a] = j
@@ -93,11 +109,14 @@ def verify_tree(
             res[a] = p[a, 1 + j]
             last_q[a] = 0.0
             seen[a] = False
+            rejected[a] = False
     if residual == "frozen":
         # Bug: the residual is never carried from child to child; the replacement is drawn from
         # norm(max(p - q_last, 0)) of the node's ORIGINAL p and the last rejected child's q only.
         sub = np.maximum(base - last_q, 0.0)
         res = np.where(sub.sum(axis=1, keepdims=True) > 0, sub, base)
+    if bonus is not None:  # no child rejected here: the final token is drawn from the given law instead of p
+        res = np.where(rejected[:, None], res, bonus[rows, 1 + cur])
     final = sample_rows(res, rng.random(batch))
     return path[:, : max(int(depth.max()), 0)], final
 
@@ -119,3 +138,20 @@ def verify(
     drawn from the current ``p``. Nodes past ``num_nodes[b]`` are never read.
     """
     return verify_tree(tokens, parent, q, p, num_nodes, rng)
+
+
+def verify_logits(
+    tokens: np.ndarray,
+    parent: np.ndarray,
+    q: np.ndarray,
+    target_logits: np.ndarray,
+    num_nodes: np.ndarray,
+    params: SamplingParams,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Verify draft trees in the tree logits contract: process the target logits, then SpecInfer Alg. 2.
+
+    ``p = process(target_logits, params)`` at every node, the final token's included
+    (:mod:`specaudit.contract.tree`, logits form); ``q`` are the laws the children were drawn from.
+    """
+    return verify_tree(tokens, parent, q, process(target_logits, params), num_nodes, rng)

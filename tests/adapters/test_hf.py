@@ -104,6 +104,27 @@ def test_adversarial_uniforms_reach_hf_and_find_its_boundary_rule():
     assert result.scenarios[0].check("determinism").status is Status.PASSED
 
 
+def test_hf_runs_on_the_per_row_path_its_draws_routed_and_counted(monkeypatch):
+    # the HF adapter drives rows through adapters.per_row.drive: its layout checks, its routing
+    import torch
+
+    from specaudit.adapters import hf, per_row
+    from specaudit.errors import ContractError
+
+    calls = []
+    real = per_row.drive
+    monkeypatch.setattr(per_row, "drive", lambda *a, **k: calls.append(k.get("layout")) or real(*a, **k))
+    monkeypatch.setattr(hf, "drive", per_row.drive)
+
+    def empty(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+        return torch.zeros((1, 0), dtype=torch.int64), -1  # consistent with itself (n_matches + 1 = 0), not with the contract
+
+    p = np.full((2, 3, 4), 0.25)
+    with pytest.raises(ContractError, match=r"HF layout: row 0 \(num_draft = 2\) returned 0 ids; allowed 1..3"):
+        adapters.get("hf").wrap(empty)(np.zeros((2, 2), np.int64), p[:, :2], p, np.array([2, 1]), np.random.default_rng(0))
+    assert calls == ["HF"]
+
+
 @pytest.mark.slow
 def test_hf_suite_at_shipped_sizes():
     result = specaudit.run("hf-transformers", ["tag:hf"], seed=0)

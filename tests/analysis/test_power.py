@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+import specaudit
 from specaudit.analysis import mutant_laws, power
 from specaudit.analysis import plan as planning
 from specaudit.engine import run as runner
@@ -190,7 +191,8 @@ def test_scenario_power_flags_blind_and_underpowered_scenarios():
 
 
 def test_run_reports_power_per_scenario():
-    result = runner.run("specaudit.verifiers.reference:verify", ["seed-context-free", "zero-drafts"], samples=20_000, diagnose=False)
+    result = specaudit.run("specaudit.verifiers.reference:verify", ["seed-context-free", "zero-drafts"], samples=20_000,
+                           diagnose=False)
     by = {s.name: s for s in result.scenarios}
     sens = by["seed-context-free"].info["sensitivity"]
     # 3 + 1: zero-drafts' accept-length (one group) and tokens-per-step (one possible value) have a

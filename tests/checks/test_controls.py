@@ -42,6 +42,7 @@ class Control(NamedTuple):
     good: str
     bad: str
     samples: int | None = None
+    contract: str = "probs"
 
 
 def _file(module: str, name: str) -> str:
@@ -69,6 +70,18 @@ CONTROLS: dict[str, Control] = {
     "adversarial-uniforms": Control("corners", "reference", "mutant:leq_ratio"),
     "inputs-unmodified": Control("corners", "reference", _file("exact_broken", "mutates_p")),
     "contract-clauses": Control("corners", "reference", _file("broken", "id_equals_vocab")),
+    # tree probes: run with every tree scenario (tests/verifiers/tree_broken.py, specaudit.verifiers.zoo.tree)
+    "tree-one-hot": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "swapped_residual"), 2000),
+    "tree-one-hot-path": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "one_level"), 2000),
+    "tree-p-equals-q": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "one_level"), 2000),
+    "tree-single-child": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "final_from_p"), 2000),
+    "tree-determinism": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "ignores_seed"), 2000),
+    "tree-padding-independence": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "bonus_from_last"), 2000),
+    "tree-adversarial-uniforms": Control("tree-iid-v4", "reference-tree", "mutant:tree_leq_ratio", 2000),
+    "tree-logits-processing": Control("tree-iid-v4", "specaudit.verifiers.tree:verify_logits",
+                                      "mutant:tree_bonus_unprocessed", 2000, "logits"),
+    "tree-inputs-unmodified": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "mutates_p"), 2000),
+    "tree-contract-clauses": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "final_eq_vocab"), 2000),
 }
 
 #: Every result name a gating check of the registry emits, in registry order.
@@ -76,11 +89,11 @@ GATING = [name for check in CHECKS.values() if check.gate for name in check.resu
 
 
 @functools.cache
-def _run(target: str, scenario: str, samples: int | None) -> specaudit.RunResult:
+def _run(target: str, scenario: str, samples: int | None, contract: str = "probs") -> specaudit.RunResult:
     """Run one small scenario (cached: controls share runs)."""
     spec = parse_scenario(ZIPF_V64, "zipf-v64.yaml") if scenario == "zipf-v64" else scenario
     verify = k0_no_token if target == "k0_no_token" else target
-    return specaudit.run(verify, [spec], samples=samples, seed=1, diagnose=False, power=False)
+    return specaudit.run(verify, [spec], samples=samples, seed=1, diagnose=False, power=False, contract=contract)
 
 
 def test_every_gating_check_has_controls():
@@ -92,7 +105,7 @@ def test_every_gating_check_has_controls():
 @pytest.mark.parametrize("name", GATING)
 def test_reference_passes_and_the_mutant_fails(name):
     control = CONTROLS[name]
-    good = _run(control.good, control.scenario, control.samples).scenarios[0].check(name)
-    bad = _run(control.bad, control.scenario, control.samples).scenarios[0].check(name)
+    good = _run(control.good, control.scenario, control.samples, control.contract).scenarios[0].check(name)
+    bad = _run(control.bad, control.scenario, control.samples, control.contract).scenarios[0].check(name)
     assert good is not None and good.status is Status.PASSED, good
     assert bad is not None and bad.status is Status.FAILED and bad.gate, bad

@@ -181,3 +181,87 @@ def test_one_crashing_probe_is_error_and_the_others_still_run(rs):
 def test_adversarial_failure_names_the_boundary_class_that_fits(name, cls, text, rs):
     adv = probe(rs(name))["adversarial-uniforms"]
     assert adv.status is Status.FAILED and adv.data["classes"] == [cls] and text in adv.summary
+
+
+# ---- block verification, the logits contract and lazy chains are probed ------------------------------
+
+
+def test_block_verification_scenario_runs_the_contract_probes_not_the_chain_rules_corners(rs):
+    checks = probe("specaudit.verifiers.block:verify", "block-toy")
+    assert {"determinism", "padding-independence", "adversarial-uniforms", "inputs-unmodified"} <= set(checks)
+    assert all(c.status is Status.PASSED for c in checks.values()), {n: c.summary for n, c in checks.items()}
+    assert not {n for n in checks if n in ("corner-p-equals-q", "corner-one-hot-run", "corner-greedy-drafter")}
+    leq = probe(rs("leq_ratio"), "block-toy")["adversarial-uniforms"]  # the negative control on the same scenario
+    assert leq.status is Status.FAILED and "accepted draft has p = 0" in leq.summary
+
+
+def test_logits_contract_scenario_is_probed_on_log_p_and_sees_writes_into_the_logits():
+    spec = _spec("sampling-top-k")
+    ref = probes.run_scenario_probes(guarded(load_object("specaudit.verifiers.logits:verify_reference")), spec, 3,
+                                     contract="logits")
+    checks = {c.name: c for c in ref.checks}
+    assert checks["adversarial-uniforms"].status is Status.PASSED and checks["determinism"].status is Status.PASSED
+
+    def writes_logits(draft, draft_logits, target_logits, num_draft, params, rng):
+        out = load_object("specaudit.verifiers.logits:verify_reference")(draft, draft_logits, target_logits, num_draft,
+                                                                          params, rng)
+        target_logits[:, 0] = 0.0  # in place, as a processing step that masks the caller's tensor would
+        return out
+
+    bad = {c.name: c for c in probes.run_scenario_probes(guarded(writes_logits), spec, 3, contract="logits").checks}
+    assert bad["inputs-unmodified"].status is Status.FAILED and "writes into its inputs: p[" in bad["inputs-unmodified"].summary
+
+
+def test_lazy_large_vocabulary_scenario_is_probed_with_fewer_rows():
+    checks = probe("specaudit.verifiers.reference:verify", "zipf-v32k")
+    assert all(c.status is Status.PASSED for c in checks.values()), {n: c.summary for n, c in checks.items()}
+    assert "(7 rows, same seed)" in checks["padding-independence"].summary  # 4,000,000 floats / (17 x 32768)
+    assert "every id in [0, 32768)" in checks["adversarial-uniforms"].summary
+
+
+# ---- reach counts only the draws at the acceptance step ---------------------------------------------
+
+
+def test_vllm_adapter_bonus_draws_do_not_count_as_reach():
+    pytest.importorskip("torch")
+    import torch
+
+    from specaudit.adapters import get
+
+    def never_draws(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_probs,
+                    bonus_token_ids, sampling_metadata):
+        """Accepts every draft with target_probs > 0, draws nothing: only the adapter's bonus uniforms are scripted."""
+        out = torch.full((len(num_draft_tokens), max_spec_len + 1), -1, dtype=torch.int32)
+        start = 0
+        for b, n in enumerate(num_draft_tokens):
+            ids = draft_token_ids[start:start + n]
+            ok = int(torch.cumprod((target_probs[start:start + n].gather(1, ids[:, None].long())[:, 0] > 0).int(), 0).sum())
+            out[b, :ok] = ids[:ok]
+            out[b, ok] = bonus_token_ids[b, 0] if ok == n else target_probs[start + ok].argmax()  # no draw at all
+            start += n
+        return out
+
+    adv = probes.run_scenario_probes(guarded(get("vllm").wrap(never_draws)), _spec("markov-v4"), 3).checks
+    adv = {c.name: c for c in adv}["adversarial-uniforms"]
+    assert adv.status is Status.SKIPPED, adv.summary  # the adapter's 66 bonus uniforms are not the verifier's
+    assert "only 0 scripted uniforms reached it" in adv.summary and adv.data["draws"] == 66  # 33 bonus x 2 phases
+
+
+def test_a_verifier_drawing_no_replacement_is_not_applicable():
+    # one uniform per tested draft, then the replacement taken as the argmax of the residual: no replacement draw
+    def no_replacement_draw(draft, q, p, num_draft, rng):
+        out = np.full((draft.shape[0], draft.shape[1] + 1), -1, dtype=np.int64)
+        n_out = np.zeros(draft.shape[0], dtype=np.int64)
+        for b in range(draft.shape[0]):
+            n = 0
+            while n < num_draft[b] and rng.random() * q[b, n, draft[b, n]] < p[b, n, draft[b, n]]:
+                out[b, n] = draft[b, n]
+                n += 1
+            law = np.maximum(p[b, n] - q[b, n], 0.0) if n < num_draft[b] else p[b, n]
+            out[b, n], n_out[b] = int(np.argmax(law)), n + 1
+        return out, n_out
+
+    adv = probes.run_scenario_probes(guarded(no_replacement_draw), _spec("markov-v4"), 3).checks
+    adv = {c.name: c for c in adv}["adversarial-uniforms"]
+    assert adv.status is Status.SKIPPED, adv.summary
+    assert "the replacement tokens were not drawn from the script" in adv.summary

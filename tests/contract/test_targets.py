@@ -47,7 +47,7 @@ def test_missing_attribute_suggests_close_name():
 
 
 def test_not_callable(verifiers_dir):
-    with pytest.raises(TargetLoadError, match="is a int, not a callable"):
+    with pytest.raises(TargetLoadError, match="is an int, not a callable"):
         load_target(f"{verifiers_dir / 'broken.py'}:NOT_CALLABLE")
 
 

@@ -56,10 +56,11 @@ def test_the_api_run_contains_sys_exit_and_goes_on():
 
 
 def test_a_dead_block_worker_in_the_api_run_is_that_scenarios_error(monkeypatch):
-    # --jobs 2 in this process: the worker's os._exit breaks the pool; the scenario is an ERROR, not an internal error
+    # --jobs 2 in this process (supervised=False): the worker's os._exit breaks the pool; the scenario is an ERROR,
+    # not an internal error
     monkeypatch.setenv("SPECAUDIT_HOSTILE_MIN_BATCH", "4096")
     result = specaudit.run(f"{CALLS}:os_exit0", ["peaked-v8", "markov-v4"], samples=15_001, jobs=2, diagnose=False,
-                           power=False)
+                           power=False, supervised=False)
     first, second = result.scenarios
     assert first.error is not None and first.error.kind == "died" and "worker process died" in first.error.message
     # in this process the culprit cannot be told apart from a scenario whose blocks ran beside it: both are

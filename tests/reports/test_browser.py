@@ -7,7 +7,10 @@ import shutil
 import subprocess
 
 import pytest
-from report_runs import failing_page
+from report_runs import document, failing
+
+from specaudit.reports import html
+from specaudit.results.document import from_document
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does it)")
@@ -40,13 +43,17 @@ def test_console_detector_sees_errors(tmp_path):
 
 
 def test_report_renders_in_chromium_without_console_errors(tmp_path):
+    # the failing run, one scenario renamed to what mathtext would have typeset (or crashed on)
+    doc = document(failing())
+    doc["scenarios"][0]["name"] = "$\\foo{$ <i>x</i>"
     page = tmp_path / "report.html"
-    page.write_text(failing_page(), encoding="utf-8")
+    page.write_text(html.render(from_document(doc)), encoding="utf-8")
     dom, console = chromium(tmp_path, page, "--dump-dom")
     assert console == []
-    # the rendered DOM holds the inline SVG plots and the summary
-    assert dom.count("<svg") >= 8 and 'id="plot-pvalues"' in dom
-    assert "looks like: <strong>resample_from_p</strong>" in dom
+    # the rendered DOM holds the inline SVG plots, the reproduce line and the grouped diagnosis
+    assert dom.count("<svg") >= 8 and 'id="plot-pvalues"' in dom and 'id="reproduce"' in dom
+    assert dom.count("looks like: <strong>resample_from_p</strong>") == 1 + 2  # summary once, then each card
+    assert "$\\foo{$ &lt;i&gt;x&lt;/i&gt; / joint-law</text>" in dom and "<i>x</i>" not in dom
     shot = tmp_path / "report.png"
     chromium(tmp_path, page, f"--screenshot={shot}", "--window-size=1280,2400", "--hide-scrollbars")
     assert shot.stat().st_size > 20_000  # a real page, not a blank image

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,7 +127,8 @@ def test_github_annotations_and_summary(tmp_path):
     doc = document(failing())
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
-    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_WORKSPACE": str(tmp_path)}
+    workspace = Path(doc["scenarios"][0]["path"]).parents[1]  # the folder holding scenarios/ (a file outside gets no file=)
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_WORKSPACE": str(workspace)}
     stream = io.StringIO()
     github.emit(from_document(doc), stream, env)
     lines = stream.getvalue().splitlines()

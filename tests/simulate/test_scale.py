@@ -160,7 +160,8 @@ def test_large_scenario_runs_per_prefix_and_pit_reference_passes_mutant_fails():
     ok = specaudit.run("specaudit.verifiers.reference:verify", [loaded], seed=1, diagnose=False)
     bad = specaudit.run("specaudit.verifiers.zoo.chain:lenient", [loaded], seed=1, diagnose=False)
     names = [c.name for c in ok.scenarios[0].checks]
-    assert names == ["per-prefix", "pit"]  # no joint test, no tabular efficiency checks
+    assert names[:2] == ["per-prefix", "pit"]  # no joint test, no tabular efficiency checks; then the probes
+    assert "joint-law" not in names and "tokens-per-step" not in names and "adversarial-uniforms" in names
     assert ok.exit_code() == ExitCode.OK, [c.summary for c in ok.scenarios[0].checks]
     prefix = bad.scenarios[0].check("per-prefix")
     assert bad.exit_code() == ExitCode.CHECKS_FAILED and prefix.status is Status.FAILED

@@ -7,7 +7,9 @@ write p(c) into ``draft_probs`` for every rejected sibling, and finally draw fro
 ``relu(target_probs - draft_probs)`` at the last accepted node (plain ``target_probs`` when every
 level was accepted). Outputs are written in place, as the kernel does.
 
-``verify`` is the faithful one; the others each break one line:
+``verify`` is the faithful one, with sgl-kernel's older signature (``draft_probs`` passed in, as in
+``python/sgl_kernel/speculative.py`` at 6bfad8f1); ``verify_without_draft_probs`` the same with the
+newer one (no ``draft_probs``, at 01fe7c22). The others each break one line:
 
 * ``no_writeback``: rejected siblings are not written into ``draft_probs`` (the final token is
   drawn from p, a rejected sibling can come back: resampling from p);
@@ -77,6 +79,17 @@ def _kernel(predicts, accept_index, accept_token_num, candidates, retrive_index,
 def verify(*args, **kwargs):
     """Faithful CPU port of the kernel."""
     _kernel(*args, **kwargs)
+
+
+def verify_without_draft_probs(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                               retrive_next_token, retrive_next_sibling, uniform_samples,
+                               uniform_samples_for_final_sampling, target_probs, threshold_single=1.0, threshold_acc=1.0,
+                               deterministic=True):
+    """The faithful port with sgl-kernel's newer signature (speculative.py at 01fe7c22): no draft_probs argument."""
+    scratch = np.zeros_like(target_probs)
+    _kernel(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+            retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, scratch,
+            threshold_single, threshold_acc, deterministic)
 
 
 def no_writeback(*args, **kwargs):

@@ -35,7 +35,8 @@ class Mutant:
     """A broken (or deliberately inefficient) verifier and what it mirrors.
 
     ``contract`` is the calling convention (``probs``: the canonical chain contract, ``logits``,
-    ``tree``); ``algorithm`` the verification algorithm it breaks (``chain``, ``block``, ``tree``);
+    ``tree``, ``tree-logits``: the tree contract's logits form); ``algorithm`` the verification
+    algorithm it breaks (``chain``, ``block``, ``tree``);
     ``diverges`` (logits mutants) names the hypothesis of :mod:`specaudit.laws.processing` that
     describes the bug, so the processing diagnosis can be checked.
     """

@@ -28,6 +28,7 @@ def _hostile(attack):
         return _reference(draft, q, p, num_draft, rng)
 
     verify.__name__ = attack.__name__
+    verify.attack = attack
     return verify
 
 
@@ -162,3 +163,24 @@ def records_calls(draft, q, p, num_draft, rng):
     with open(os.environ["SPECAUDIT_HOSTILE_CALLS"], "a") as fh:
         fh.write("call\n")
     return _reference(draft, q, p, num_draft, rng)
+
+
+def _by_vocabulary():
+    """Return a verifier whose fault depends on the vocabulary, from ``SPECAUDIT_HOSTILE_BY_V`` ("5=os_exit0,...").
+
+    The faults are read here, when the module is imported (the run's process), and travel with the
+    verifier: one run can then meet a different fault in each scenario (``--backend ray``).
+    """
+    faults = dict(item.split("=") for item in os.environ.get("SPECAUDIT_HOSTILE_BY_V", "").split(",") if item)
+    attacks = {int(v): globals()[name].attack for v, name in faults.items()}
+
+    def verify(draft, q, p, num_draft, rng):
+        attack = attacks.get(p.shape[-1])
+        if attack is not None and draft.shape[0] >= _MIN_BATCH:
+            attack()
+        return _reference(draft, q, p, num_draft, rng)
+
+    return verify
+
+
+by_vocabulary = _by_vocabulary()
