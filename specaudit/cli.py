@@ -301,12 +301,15 @@ def merge(shards: tuple[str, ...], json_path: str | None, rerun_target: str | No
     """
     from specaudit.contract.targets import check_target
     from specaudit.engine.merge import merge_documents, unsettled_suspects
+    from specaudit.reports.progress import ProgressReporter
     from specaudit.results import document
 
     json_path, html_path, junit_path = _outputs(json_path, html_path, junit_path)
     if rerun_target is not None:  # a typo must not wait for the first SUSPECT to show
         check_target(rerun_target)
-    result = merge_documents([document.read_document(p) for p in shards], list(shards), rerun=rerun_target)
+    docs = [document.read_document(p) for p in shards]
+    with ProgressReporter(_console(stderr=True), verbose - quiet) as progress:  # says what a suspect's re-run costs
+        result = merge_documents(docs, list(shards), rerun=rerun_target, announce=progress.rerun)
     code = _publish(result, json_path, html_path, junit_path, None, verbose - quiet)
     suspects = unsettled_suspects(result)
     if code == ExitCode.OK and suspects:

@@ -6,7 +6,8 @@ and return a raw p-value (joint law, tokens per step, accepted-count law, greedy
 processing diagnosis, per-prefix, PIT), then the exact probes of ``mode: exact`` scenarios
 (:mod:`specaudit.checks.probes`: corners, determinism, padding, adversarial uniforms, inputs,
 contract clauses), then the tree probes every ``algorithm: tree`` scenario runs
-(:mod:`specaudit.checks.tree_probes`). :func:`evaluate` runs the applicable statistical checks on one scenario's
+(:mod:`specaudit.checks.tree_probes`), then the bad-row probe of exact scenarios tagged ``bad-rows``
+(:mod:`specaudit.checks.bad_rows`: NaN / inf / all-zero rows). :func:`evaluate` runs the applicable statistical checks on one scenario's
 measurements; :func:`specaudit.checks.probes.run_exact` runs the probes. Each :class:`Check`
 entry says its category and whether it gates the verdict, so a parametrised test can demand a
 positive and a negative control of every gating check (``tests/checks/test_controls.py``).
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specaudit.checks import greedy, pit, prefix, probes, processing, statistical, tree_probes
+from specaudit.checks import bad_rows, greedy, pit, prefix, probes, processing, statistical, tree_probes
 from specaudit.checks.statistical import Measured
 from specaudit.registry import Registry
 from specaudit.results import Category, CheckResult
@@ -33,14 +34,15 @@ class Check:
 
     ``kind`` is ``statistical`` (``func(measured) -> CheckResult | None``, None: does not apply),
     ``probe`` (``func(prober) -> CheckResult | list[CheckResult]``) or ``tree-probe`` (the same on
-    a :class:`~specaudit.checks.tree_probes.TreeProber`, tree scenarios only). ``gate`` is False for a
+    a :class:`~specaudit.checks.tree_probes.TreeProber`, tree scenarios only) or ``bad-rows-probe`` (a
+    probe of exact scenarios tagged ``bad-rows`` only, :mod:`specaudit.checks.bad_rows`). ``gate`` is False for a
     check that only explains (the processing diagnosis); ``also`` lists further result names the
     same function emits (the one-hot corner also reports its accepted-count run).
     """
 
     name: str
     category: Category
-    kind: Literal["statistical", "probe", "tree-probe"]
+    kind: Literal["statistical", "probe", "tree-probe", "bad-rows-probe"]
     func: Callable[[Any], Any]
     gate: bool = True
     also: tuple[str, ...] = ()
@@ -69,6 +71,8 @@ for _name, _category, _probe in probes.EXACT_CHECKS:
     CHECKS.register(_name, Check(_name, _category, "probe", _probe, also=probes.ALSO_EMITS.get(_name, ())))
 for _name, _category, _tree_probe in tree_probes.TREE_CHECKS:
     CHECKS.register(_name, Check(_name, _category, "tree-probe", _tree_probe, also=tree_probes.ALSO_EMITS.get(_name, ())))
+for _name, _category, _bad_rows_probe in bad_rows.BAD_ROW_CHECKS:
+    CHECKS.register(_name, Check(_name, _category, "bad-rows-probe", _bad_rows_probe))
 
 
 def statistical_checks() -> list[Check]:

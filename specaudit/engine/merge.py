@@ -16,7 +16,7 @@ must never pass what the unsharded run would have looked at twice).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from specaudit.checks import evaluate
@@ -72,7 +72,7 @@ def _check_together(docs: Sequence[dict[str, Any]], paths: Sequence[str]) -> lis
 
 
 def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None = None,
-                    rerun: str | None = None) -> RunResult:
+                    rerun: str | None = None, announce: Callable[[str, int, float], None] | None = None) -> RunResult:
     """Return the run that the shard documents ``docs`` are the parts of, checked on the summed tallies.
 
     Parameters
@@ -86,6 +86,9 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
         The verifier (a TARGET, as ``specaudit run`` takes it) with which SUSPECT scenarios are
         re-run on a fresh seed with 4x the samples (supervised child processes). Without it they
         stay SUSPECT.
+    announce : callable, optional
+        ``announce(scenario, samples, seconds)`` before each re-run: what it will cost, estimated
+        from the shards' time on that scenario (``ProgressReporter.rerun`` in the CLI).
 
     Returns
     -------
@@ -144,10 +147,16 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
         extra["merged"] = {"shards": n, "blocks": bench.blocks}
         out.append(dataclasses.replace(base, samples=spec.samples, checks=checked, info=extra))
     seconds = max(d.get("seconds", 0.0) for d in docs)
-    remeasure = None
+    remeasure: Callable[[int, int, int], ScenarioResult] | None = None
     if rerun is not None:  # the verifier at hand: SUSPECT scenarios are re-run as `specaudit run` would
         loaded = [LoadedScenario(spec, o.path, o.line) for spec, o in zip(specs, out)]
-        remeasure = supervised_remeasure(rerun, loaded, settings)
+        measure_again = supervised_remeasure(rerun, loaded, settings)
+
+        def remeasure(i: int, fresh_seed: int, samples: int) -> ScenarioResult:
+            if announce is not None:
+                announce(out[i].name, samples, out[i].seconds * samples / max(out[i].samples, 1))
+            return measure_again(i, fresh_seed, samples)
+
     return finish(
         first["target"], out, specs, settings,
         started=min(d.get("started", "") for d in docs), elapsed=lambda: seconds, remeasure=remeasure,

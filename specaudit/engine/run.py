@@ -21,8 +21,6 @@ from typing import Any
 import numpy as np
 
 from specaudit import __version__, adapters
-from specaudit.analysis.diagnose import annotate as annotate_diagnosis
-from specaudit.analysis.power import annotate as annotate_power
 from specaudit.contract import logits, tree
 from specaudit.contract.guard import catch_interrupts
 from specaudit.contract.targets import load_target
@@ -253,6 +251,10 @@ def finish(
     ``elapsed()`` gives the run's seconds at the end; ``adapter`` says how the target was
     driven and ``recorded`` adds to the recorded settings.
     """
+    # after the measuring: a supervised run imports these while its child measures (supervisor._AFTER_CHILD)
+    from specaudit.analysis.diagnose import annotate as annotate_diagnosis
+    from specaudit.analysis.power import annotate as annotate_power
+
     alpha, suspect = settings.alpha, settings.holm_suspect
     checked = apply_holm(results, alpha, suspect)
     if remeasure is not None and suspect is not None and not interrupted:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from specaudit.checks import evaluate, probes, tree_probes
+from specaudit.checks import bad_rows, evaluate, probes, tree_probes
 from specaudit.checks.statistical import Measured
 from specaudit.contract.guard import guarded
 from specaudit.engine.bench import Bench, Tally
@@ -153,8 +153,8 @@ def base_result(loaded: LoadedScenario, spec: Scenario, seed: int) -> ScenarioRe
 def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
     """Run the exact probes of an exact-mode scenario; a crash or hang becomes the result's error."""
     t0 = time.perf_counter()
-    done = probes.run_exact(guarded(task.verify, settings.timeout), spec, task.seed, settings.gate_efficiency,
-                            settings.contract)
+    run = bad_rows.run_bad_rows if bad_rows.applies(spec) else probes.run_exact  # tag bad-rows: NaN / inf / zero rows
+    done = run(guarded(task.verify, settings.timeout), spec, task.seed, settings.gate_efficiency, settings.contract)
     result = dataclasses.replace(
         base_result(task.loaded, spec, task.seed),
         checks=done.checks,

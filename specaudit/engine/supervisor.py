@@ -33,12 +33,14 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import faulthandler
+import importlib
 import multiprocessing as mp
 import os
 import re
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +67,26 @@ __all__ = ["execute_supervised", "stop_signals", "supported"]
 _POLL = 0.05
 #: The most of a faulthandler dump kept in an error's traceback, characters.
 _DUMP_CHARS = 6000
+#: What this process imports after the child's results (`finish`: power, chi-square tails and their inversion,
+#: diagnosis), ~0.8 s of CPU: a thread imports them while the first child measures, on a core the child leaves idle
+#: (issue 20). The child imports none of them before its first block.
+_AFTER_CHILD = ("scipy.special", "scipy.optimize", "specaudit.analysis.power", "specaudit.analysis.diagnose")
+
+
+def _import_quietly(names: Sequence[str]) -> None:
+    """Import ``names`` ahead of need; a failure is left to the import that needs the module (it raises there).
+
+    At the lowest priority (Linux: niceness is per thread): the CPU it takes is what the child and
+    every other process leave idle, so the verifier's measured time is not stretched by it.
+    """
+    if sys.platform.startswith("linux"):  # elsewhere a thread id is no process id: leave the priority alone
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the same import raises again, where it is needed
+            continue
 
 
 def supported() -> bool:
@@ -143,10 +165,24 @@ class _Supervisor:
         self._late_slot = 0
         self._exitcode: int | None = None  # how the last child ended
         self._loading_since: float | None = None  # when the child started loading the target (None: bound)
+        self._warming: threading.Thread | None = None  # imports _AFTER_CHILD while the first child measures
 
     def close(self) -> None:
         """Release the faulthandler file."""
+        self.settle()
         self.errfile.close()
+
+    def _warm(self) -> None:
+        """Start importing what the run needs after its child (power and diagnosis), once, in a thread."""
+        if self._warming is None and self.settings.power:  # the common case; other runs import as they need
+            self._warming = threading.Thread(target=_import_quietly, args=(_AFTER_CHILD,), daemon=True,
+                                             name="specaudit-warm-imports")
+            self._warming.start()
+
+    def settle(self) -> None:
+        """Wait for the import thread: a fork while it holds an import lock would leave the child stuck on it."""
+        if self._warming is not None:
+            self._warming.join()
 
     # --- the child ---------------------------------------------------------------------------
 
@@ -243,8 +279,10 @@ class _Supervisor:
         child = ctx.Process(target=self._child, args=(send, jobs), daemon=False)
         for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
             self.board.stamps[slot] = 0.0
+        self.settle()
         child.start()
         self._loading_since = time.monotonic()
+        self._warm()
         send.close()
         current: _Job | None = None
         killed: tuple[str, str] | None = None
@@ -428,8 +466,6 @@ def stop_signals() -> Iterator[None]:
 
     Main thread only (elsewhere the signals keep their handlers).
     """
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -459,8 +495,6 @@ def execute_supervised(
     ended, crashed or hung past the timeout is an ERROR saying so, and the run goes on. SIGINT
     and SIGTERM interrupt the run (exit 2) with every finished scenario kept.
     """
-    import threading
-
     if not supported() or threading.current_thread() is not threading.main_thread():
         return execute(target, scenarios, settings, progress=progress, on_scenario=on_scenario)
     loaded = resolve_scenarios(scenarios if scenarios is not None else adapters.preset_scenarios(target))
@@ -492,6 +526,7 @@ def execute_supervised(
             except KeyboardInterrupt:
                 interrupted = True
             label = sup.label if sup.label is not None else (target if isinstance(target, str) else repr(target))
+            sup.settle()  # its imports done: none runs beside this thread's (no two threads in one import chain)
             return finish(
                 label, done, [item.spec for item in loaded[:len(done)]], settings,
                 started=started, elapsed=lambda: time.perf_counter() - t0, interrupted=interrupted,

@@ -164,8 +164,9 @@ def render_selftest(result: Any, console: Console, verbosity: int = 0) -> None:
         console.print(table)
     console.print(
         f"KS p (smallest, Holm over checks) = {result.ks_pvalue:.3g}; pooled KS p = {result.pooled_ks_pvalue:.3g}; "
-        f"false alarms {result.false_alarms} of {result.tests} p-values at alpha {result.alpha:g} "
-        f"(Binomial 99% interval {result.interval[0]}..{result.interval[1]}); "
+        f"false alarms at most {result.check_limit} per check of {result.seeds} runs (gating); pooled "
+        f"{result.false_alarms} of {result.tests} p-values at alpha {result.alpha:g} (Binomial 99% interval "
+        f"{result.interval[0]}..{result.interval[1]} if the checks were independent; reported only); "
         f"failed null runs {result.runs_failed} of {result.seeds} (at most {result.runs_limit})"
     )
     if result.mutants:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
-from scipy import special
 
 __all__ = [
     "MIN_EXPECTED",
@@ -32,6 +32,23 @@ __all__ = [
     "statistics",
     "tv_distance",
 ]
+
+
+class _DeferredSpecial:
+    """Stand in for ``scipy.special`` until first use, then put the module in its place.
+
+    Importing scipy.special costs ~0.3 s (its array-API shim loads numpy.f2py); a supervised run
+    forks its child before any p-value is needed, so the first block need not wait for it (issue 20).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        from scipy import special as module  # heavy: deferred to the first tail computed
+
+        globals()["special"] = module
+        return getattr(module, name)
+
+
+special: Any = _DeferredSpecial()
 
 #: Cells are merged until each group's expected count reaches this (Cochran's rule of five).
 MIN_EXPECTED = 5.0

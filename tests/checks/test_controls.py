@@ -70,6 +70,8 @@ CONTROLS: dict[str, Control] = {
     "adversarial-uniforms": Control("corners", "reference", "mutant:leq_ratio"),
     "inputs-unmodified": Control("corners", "reference", _file("exact_broken", "mutates_p")),
     "contract-clauses": Control("corners", "reference", _file("broken", "id_equals_vocab")),
+    # bad-row probe: exact scenarios tagged bad-rows (vLLM #41834: token 0 after an all-NaN q row)
+    "bad-rows": Control("bad-rows", "reference", "mutant:nan_rows_token0"),
     # tree probes: run with every tree scenario (tests/verifiers/tree_broken.py, specaudit.verifiers.zoo.tree)
     "tree-one-hot": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "swapped_residual"), 2000),
     "tree-one-hot-path": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "one_level"), 2000),

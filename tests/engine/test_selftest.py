@@ -34,7 +34,41 @@ def test_selftest_reference_is_calibrated():
     assert result.exit_code() == ExitCode.OK
     assert result.tests == 12 * 6 and len(result.checks) == 6
     assert all(len(c.pvalues) == 12 for c in result.checks)
-    assert result.interval[0] <= result.false_alarms <= result.interval[1]
+    assert all(c.false_alarms <= result.check_limit for c in result.checks)
+
+
+def test_false_alarms_are_judged_per_check_not_pooled_over_correlated_checks(monkeypatch):
+    # one null run in which tokens-per-step and accept-length (which read the same accept counts) both fall
+    # below alpha: two of 30 pooled p-values, outside Binomial(30, 1e-3)'s interval 0..1, yet one alarm per check
+    # in 10 independent runs is what alpha allows; three alarms in one check are not
+    def fake(loaded, seeds, settings, progress):
+        spread = list(np.linspace(0.05, 0.95, seeds))
+        p = {(("markov-v4", check)): list(spread) for check in ("joint-law", "tokens-per-step", "accept-length")}
+        p[("markov-v4", "tokens-per-step")][3] = p[("markov-v4", "accept-length")][3] = 1e-4
+        return p, 1
+
+    monkeypatch.setattr(selftest, "_calibrate", fake)
+    monkeypatch.setattr(selftest, "_uniformity", _fixed_uniformity(selftest._uniformity))
+    one_run = selftest.selftest(["markov-v4"], seeds=10, samples=2000, mutants=False)
+    assert one_run.false_alarms == 2 and one_run.interval == (0, 1) and one_run.check_limit == 1
+    assert one_run.calibrated, one_run.problems
+
+    def three(loaded, seeds, settings, progress):
+        p, _ = fake(loaded, seeds, settings, progress)
+        p[("markov-v4", "joint-law")][:3] = [1e-4] * 3
+        return p, 3
+
+    monkeypatch.setattr(selftest, "_calibrate", three)
+    bad = selftest.selftest(["markov-v4"], seeds=10, samples=2000, mutants=False)
+    assert not bad.calibrated
+    assert "miscalibrated: markov-v4 / joint-law: 3 of 10 p-values <= alpha; at most 1 expected" in "\n".join(bad.problems)
+
+
+def _fixed_uniformity(uniformity):
+    """Return ``_uniformity`` whose KS p-values are 1 (the fake p-values test the false-alarm rule only)."""
+    def fixed(pvalues, seeds, alpha):
+        return tuple(dataclasses.replace(r, ks_pvalue=1.0, adjusted_ks_pvalue=1.0) for r in uniformity(pvalues, seeds, alpha))
+    return fixed
 
 
 def test_selftest_catches_a_miscalibrated_tester(monkeypatch):

@@ -45,6 +45,9 @@ def test_a_merge_with_a_suspect_exits_1_unless_rerun_settles_it_as_run_would(tmp
     first = doc["scenarios"][0]
     assert merged["rerun"]["seed"] == first["rerun"]["seed"] and merged["rerun"]["samples"] == first["rerun"]["samples"]
     assert [c["pvalue"] for c in merged["rerun"]["checks"]] == [c["pvalue"] for c in first["rerun"]["checks"]]
+    # the re-run says what it will cost before it starts, as `run` does
+    assert (f"specaudit: markov-v4 is SUSPECT: re-running it on a fresh seed with {first['rerun']['samples']:,} "
+            "sequences (about ") in again.output
 
 
 def test_a_shard_job_fails_only_when_it_errored(tmp_path):

@@ -15,7 +15,8 @@ Kinds
     The output law is wrong; a joint-law or goodness-of-fit check with ordinary uniforms must fail.
 ``boundary``
     Lossless almost surely; the bug shows only with adversarial uniforms (``u = 0`` or
-    ``u = 1 - 2**-53``), so only a boundary probe can catch it.
+    ``u = 1 - 2**-53``), so only a boundary probe can catch it; ``nan_rows_token0`` is lossless on
+    valid rows and its bug shows only on NaN / inf / all-zero rows (the ``bad-rows`` probe).
 ``lossless-control``
     The output law is right but fewer tokens are emitted per step than the chain rule allows:
     the distribution checks must pass and the tokens/step check must fail.
@@ -109,7 +110,7 @@ def _chain(
     leq: bool = False,
     leniency: float = 1.0,
     count: Literal["prefix", "all"] = "prefix",
-    residual: Literal["clamped", "target", "signed"] = "clamped",
+    residual: Literal["clamped", "target", "signed", "fmax"] = "clamped",
     bonus: Literal["num_draft", "last", "none"] = "num_draft",
     sampler: Callable[[np.ndarray, np.ndarray], np.ndarray] = sample_rows,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -151,16 +152,22 @@ def _chain(
         u_tok = rng.random(batch)
     if residual == "target":
         weights = target  # resample from p: the draft's accepted mass is counted twice
-    elif k:  # "clamped" or "signed"
+    elif k:  # "clamped", "signed" or "fmax"
         at = np.minimum(n_acc, k - 1)
         diff = target - q[rows, at]
-        weights = np.where(rejected[:, None], np.maximum(diff, 0.0), target)
+        # fmax: CUDA's fmaxf(target - NaN, 0) drops the NaN to 0.0 (vLLM #41834), np.maximum keeps it
+        clamp = np.fmax if residual == "fmax" else np.maximum
+        weights = np.where(rejected[:, None], clamp(diff, 0.0), target)
     else:
         weights = target
     # p = q at the rejected position leaves an all-zero residual: sample from p instead.
     empty = weights.sum(axis=1) <= 0
     weights = np.where(empty[:, None], target, weights)
     token = sampler(weights, u_tok)
+    if residual == "fmax":
+        # vLLM #41834: an all-NaN q row leaves every residual score 0 and the reduction's first tile wins, index 0
+        # (the very draft just rejected); no fallback to the target. Valid rows never get here (p = q rejects nothing).
+        token = np.where(rejected & empty, 0, token)
     if residual == "signed" and k:
         # The clamp max(0, p - q) is missing: p - q goes to the sampler as is.
         signed = _sample_signed(np.where(empty[:, None], target, diff), u_tok)
@@ -245,6 +252,15 @@ def leq_ratio(draft, q, p, num_draft, rng):
 def recovered_id_eq_v(draft, q, p, num_draft, rng):
     """Sample recovered/bonus tokens by unclamped float32 inverse CDF: id == V at u = 1 - 2**-53."""
     return _chain(draft, q, p, num_draft, rng, sampler=_sample_unclamped)
+
+
+@_register("boundary", "vLLM PR #41834 (comment of 2026-08-06: all-NaN draft_probs row recovers token 0), "
+                      "fixed class: vLLM PR #45060")
+def nan_rows_token0(draft, q, p, num_draft, rng):
+    """Recover token 0 after a draft is rejected against an all-NaN q row (fmax drops the NaN; index 0 wins)."""
+    # Lossless on valid rows; the bug shows only on bad input rows (the input domain's boundary), so only the
+    # bad-rows probe (specaudit.checks.bad_rows, scenario bad-rows) catches it: it emits token 0, p = 0.
+    return _chain(draft, q, p, num_draft, rng, residual="fmax")
 
 
 # ---------------------------------------------------------------------------------------------
