@@ -67,7 +67,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from specaudit.checks.probes import ExactOutcome, Inputs, Prober, _canonical, _not_probed, _probe_all
+from specaudit.checks.probes import ExactOutcome, Inputs, Prober, _canonical, _not_probed, probe_all
 from specaudit.contract.chain import validate_output
 from specaudit.errors import ContractError, VerifierCrash
 from specaudit.results import Category, CheckResult, Status
@@ -316,5 +316,5 @@ def run_bad_rows(
         return ExactOutcome((CheckResult(NAME, CONTRACT, Status.SKIPPED, f"not applicable: {reason}", data={"reason": reason}),))
     canonical, logits_input = _canonical(verify, contract)
     pr = Prober(canonical, spec, seed, logits_input)
-    results, error = _probe_all(pr, BAD_ROW_CHECKS, gate_efficiency)
+    results, error = probe_all(pr, BAD_ROW_CHECKS, gate_efficiency)
     return ExactOutcome(tuple(results), error, pr.calls, pr.seconds, {"mode": "exact", "rows": pr.rows})

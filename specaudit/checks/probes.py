@@ -121,11 +121,11 @@ class ExactOutcome:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _result(name: str, category: Category, ok: bool, summary: str, **data: Any) -> CheckResult:
+def result_of(name: str, category: Category, ok: bool, summary: str, **data: Any) -> CheckResult:
     return CheckResult(name, category, Status.PASSED if ok else Status.FAILED, summary, data=data)
 
 
-def _skipped(name: str, category: Category, reason: str, **data: Any) -> CheckResult:
+def skipped(name: str, category: Category, reason: str, **data: Any) -> CheckResult:
     return CheckResult(name, category, Status.SKIPPED, f"not applicable: {reason}", data={"reason": reason, **data})
 
 
@@ -175,7 +175,7 @@ class Prober:
             self.calls += 1
             self.rows += inputs.draft.shape[0]
             if watch:
-                self.moved["numpy"] += not _same_state(np_state, np.random.get_state(legacy=False))
+                self.moved["numpy"] += not same_state(np_state, np.random.get_state(legacy=False))
                 self.moved["python"] += py_state != _pyrandom.getstate()
         change = inputs.first_change(given)
         if change is not None:
@@ -234,7 +234,7 @@ def _same_chain(a: Any, b: Any) -> bool:
     return bool(np.array_equal(np.asarray(a.probs(np.arange(n))), np.asarray(b.probs(np.arange(n)))))
 
 
-def _same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Return True when two states of numpy's legacy global RNG are equal."""
     return bool(a["state"]["pos"] == b["state"]["pos"] and np.array_equal(a["state"]["key"], b["state"]["key"])
                 and a["has_gauss"] == b["has_gauss"])
@@ -253,7 +253,7 @@ def _zero_p_emitted(inputs: Inputs, out: np.ndarray, n_out: np.ndarray) -> list[
     return [f"row {b} position {j}: token {out[b, j]} has p = 0" for b, j in zip(rows.tolist(), cols.tolist())]
 
 
-def _rng_sources(pr: Prober, tag: str) -> list[tuple[str, np.random.Generator]]:
+def rng_sources(pr: Any, tag: str) -> list[tuple[str, np.random.Generator]]:
     """Return a seeded Generator and both phases of ScriptedUniforms, labelled."""
     return [
         ("seeded rng", pr.rng(tag)),
@@ -270,7 +270,7 @@ def corner_empty_batch(pr: Prober) -> CheckResult:
     k, v = pr.k, pr.vocab
     empty = Inputs(np.zeros((0, k), np.int64), np.zeros((0, k, v)), np.zeros((0, k + 1, v)), np.zeros(0, np.int64))
     pr.call(empty, pr.rng("empty"))
-    return _result("corner-empty-batch", CONTRACT, True, f"B = 0: out (0, {k + 1}) and n_out (0,), integer dtypes")
+    return result_of("corner-empty-batch", CONTRACT, True, f"B = 0: out (0, {k + 1}) and n_out (0,), integer dtypes")
 
 
 def _one_token_rows(name: str, pr: Prober, inputs: Inputs, what: str) -> CheckResult:
@@ -278,11 +278,11 @@ def _one_token_rows(name: str, pr: Prober, inputs: Inputs, what: str) -> CheckRe
     bad = np.flatnonzero(n_out != 1)
     if bad.size:
         b = int(bad[0])
-        return _result(name, CONTRACT, False, f"{what}: row {b} emitted {n_out[b]} tokens, expected exactly 1", rows=bad[:10].tolist())
+        return result_of(name, CONTRACT, False, f"{what}: row {b} emitted {n_out[b]} tokens, expected exactly 1", rows=bad[:10].tolist())
     zero = _zero_p_emitted(inputs, out, n_out)
     if zero:
-        return _result(name, CONTRACT, False, f"{what}: {zero[0]} ({len(zero)} rows)", rows=zero[:10])
-    return _result(name, CONTRACT, True, f"{what}: one token per row, each with p > 0 ({inputs.draft.shape[0]} rows)")
+        return result_of(name, CONTRACT, False, f"{what}: {zero[0]} ({len(zero)} rows)", rows=zero[:10])
+    return result_of(name, CONTRACT, True, f"{what}: one token per row, each with p > 0 ({inputs.draft.shape[0]} rows)")
 
 
 def corner_k0(pr: Prober) -> CheckResult:
@@ -307,13 +307,13 @@ def corner_p_equals_q(pr: Prober) -> CheckResult:
     """
     name = "corner-p-equals-q"
     if pr.k == 0:
-        return _skipped(name, EFFICIENCY, "k = 0: no draft to accept")
+        return skipped(name, EFFICIENCY, "k = 0: no draft to accept")
     inputs = pr.standard(pr.rng("p=q/inputs"), pr.probe_rows)
     valid = np.arange(pr.k)[None, :] < inputs.num_draft[:, None]
     inputs.q[valid] = inputs.p[:, : pr.k][valid]
     draft = sample_rows(inputs.q.reshape(-1, pr.vocab), pr.rng("p=q/drafts").random(inputs.q.shape[0] * pr.k))
     inputs.draft[valid] = draft.reshape(inputs.draft.shape)[valid]
-    sources = _rng_sources(pr, "p=q")
+    sources = rng_sources(pr, "p=q")
     delta = 0.0
     if pr.logits_input:
         delta = softmax_rounding(inputs.p[:, : pr.k][valid])
@@ -328,10 +328,10 @@ def corner_p_equals_q(pr: Prober) -> CheckResult:
         where = (f"p = q ({label}): row {b} has n_out = {n_out[b]}, expected num_draft + 1 = {inputs.num_draft[b] + 1} "
                  f"({bad.size} of {n_out.size} rows)")
         if not pr.logits_input:
-            return _result(name, EFFICIENCY, False, f"{where}: a draft with p = q must always be accepted, then a bonus drawn",
+            return result_of(name, EFFICIENCY, False, f"{where}: a draft with p = q must always be accepted, then a bonus drawn",
                            rows=bad[:10].tolist(), source=label)
         if isinstance(rng, ConstantUniforms):
-            return _result(
+            return result_of(
                 name, EFFICIENCY, False,
                 f"{where}: logits input, so p and q differ by float32 softmax rounding, at most delta = {delta:.3g} "
                 f"relative ({_rounding_basis(pr, inputs)}); every uniform here is 1 - 2 delta, below p/q, so every draft "
@@ -339,19 +339,19 @@ def corner_p_equals_q(pr: Prober) -> CheckResult:
                 rows=bad[:10].tolist(), source=label, delta=delta)
         chance = _rounding_chance(bad.size, drafts, delta) if label == "seeded rng" else 1.0
         if chance < DEGENERATE:
-            return _result(
+            return result_of(
                 name, EFFICIENCY, False,
                 f"{where}: logits input, float32 softmax rounding (delta = {delta:.3g}) rejects a draft with p = q "
                 f"with probability at most delta, so {bad.size} rejections of {drafts} drafts have chance <= {chance:.2g}: "
                 "the verifier rejects drafts with p = q materially",
                 rows=bad[:10].tolist(), source=label, delta=delta)
     if pr.logits_input:
-        return _result(
+        return result_of(
             name, EFFICIENCY, True,
             f"p = q up to float32 softmax rounding (logits input: delta = {delta:.3g}, {_rounding_basis(pr, inputs)}): every "
             f"draft accepted at uniforms 1 - 2 delta; rejections only where a uniform lies within delta of 1 "
             f"({pr.probe_rows} ragged rows x {len(sources)} uniform sources)", delta=delta)
-    return _result(name, EFFICIENCY, True,
+    return result_of(name, EFFICIENCY, True,
                    f"p = q: every draft accepted, n_out = num_draft + 1 on {pr.probe_rows} ragged rows x 3 uniform sources")
 
 
@@ -425,7 +425,7 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
     inputs.draft[hit] = top[:, :k][hit]
     run = np.cumprod(valid & (inputs.draft == top[:, :k]), axis=1).sum(axis=1)
     token_fail = run_fail = None
-    for label, src in _rng_sources(pr, "one-hot"):
+    for label, src in rng_sources(pr, "one-hot"):
         out, n_out = pr.call(inputs.copy(), src)
         wrong = _emitted(n_out, k + 1) & (out != top)
         if token_fail is None and wrong.any():
@@ -443,9 +443,9 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
                 f"argmax is {run[b]} ({short.size} of {b_count} rows)"
             )
     return [
-        _result("corner-one-hot", CONTRACT, token_fail is None,
+        result_of("corner-one-hot", CONTRACT, token_fail is None,
                 token_fail or f"one-hot target: every emitted token is the argmax ({b_count} ragged rows x 3 uniform sources)"),
-        _result("corner-one-hot-run", EFFICIENCY, run_fail is None,
+        result_of("corner-one-hot-run", EFFICIENCY, run_fail is None,
                 run_fail or "one-hot target: accepted count = run of drafts equal to the argmax, replacement = argmax"),
     ]
 
@@ -463,7 +463,7 @@ def corner_greedy_drafter(pr: Prober) -> CheckResult:
     """
     name = "corner-greedy-drafter"
     if pr.k == 0:
-        return _skipped(name, EFFICIENCY, "k = 0: no draft to verify")
+        return skipped(name, EFFICIENCY, "k = 0: no draft to verify")
     rng = pr.rng("greedy-drafter/inputs")
     v = pr.vocab
     # candidate (target row, greedy draft) pairs; keep those with p(x) nearest 1/2 (most informative),
@@ -531,7 +531,7 @@ ROUTE_HINT = ("draw from the rng argument, or wrap the call in specaudit.adapter
               "which routes numpy's global RNG, Python's random and torch to it")
 
 
-def _foreign_source(pr: Prober, before: dict[str, int]) -> str:
+def foreign_source(pr: Any, before: dict[str, int]) -> str:
     """Name the source other than rng that moved since ``before`` (a snapshot of ``pr.moved``)."""
     if pr.moved["numpy"] > before["numpy"]:
         return f"numpy's global RNG (np.random.*) moved during the calls; {ROUTE_HINT}"
@@ -582,18 +582,18 @@ def _determinism(pr: Prober) -> CheckResult:
         b = _same(first, second)
         pr.deterministic = b is None
         if b is not None:
-            return _result(
+            return result_of(
                 name, CONTRACT, False,
                 f"same seed {seeds[0]}, same {label} inputs, different outputs: row {b} gave "
                 f"{first[0][b].tolist()} then {second[0][b].tolist()}: the verifier draws from a source other than "
-                f"rng: {_foreign_source(pr, before)}",
+                f"rng: {foreign_source(pr, before)}",
                 row=b, drew=drew, cause="foreign-source",
             )
     if pr.greedy:
-        return _result(name, CONTRACT, True, "same seed -> identical outputs; temperature 0 (mode: greedy): the output "
+        return result_of(name, CONTRACT, True, "same seed -> identical outputs; temperature 0 (mode: greedy): the output "
                        "is the argmax of p, so another seed must not change it", drew=drew)
     if collision >= DEGENERATE:
-        return _result(name, CONTRACT, True,
+        return result_of(name, CONTRACT, True,
                        f"same seed -> identical outputs; the scenario's output law is (nearly) degenerate (two seeds agree "
                        f"with probability {collision:.3g}), so another seed need not give another output", drew=drew)
     first = outputs["zero-draft"]
@@ -608,13 +608,13 @@ def _determinism(pr: Prober) -> CheckResult:
                 "inside the call, or np.random.seed / random.seed / torch.manual_seed with a constant)")
         else:
             cause, why = "ignores-draws", "it draws from rng but its output does not depend on the draws (vLLM #6038 class)"
-        return _result(
+        return result_of(
             name, CONTRACT, False,
             f"seeds {seeds[0]} and {seeds[1]} gave identical outputs on {pr.probe_rows} zero-draft rows of the scenario's "
             f"target (a lossless sampler agrees with probability {collision:.3g}): {why}",
             drew=drew, cause=cause,
         )
-    return _result(name, CONTRACT, True,
+    return result_of(name, CONTRACT, True,
                    f"same seed -> identical outputs; another seed -> different outputs (chance of agreeing {collision:.3g})",
                    drew=drew)
 
@@ -623,7 +623,7 @@ def padding_independence(pr: Prober) -> CheckResult:
     """Changing only what lies past num_draft (drafts, q rows, p rows after the bonus) changes nothing."""
     name = "padding-independence"
     if pr.k == 0:
-        return _skipped(name, CONTRACT, "k = 0: no padding positions")
+        return skipped(name, CONTRACT, "k = 0: no padding positions")
     rng = pr.rng("padding/inputs")
     base = pr.standard(rng, pr.probe_rows, num_draft=rng.integers(0, pr.k, size=pr.probe_rows))  # every row padded
     v, k = pr.vocab, pr.k
@@ -639,23 +639,23 @@ def padding_independence(pr: Prober) -> CheckResult:
 
     seed = int(pr.rng("padding/seed").integers(2**32))
     if pr.deterministic is False:
-        return _skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see determinism)")
+        return skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see determinism)")
     low = pr.call(variant(0), np.random.default_rng(seed))
     if pr.deterministic is None:  # determinism did not run first: check the same-seed clause here
         again = pr.call(variant(0), np.random.default_rng(seed))
         if _same(low, again) is not None:
-            return _skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see determinism)")
+            return skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see determinism)")
     high = pr.call(variant(v - 1), np.random.default_rng(seed))
     b = _same(low, high)
     if b is not None:
-        return _result(
+        return result_of(
             name, CONTRACT, False,
             f"only the padding past num_draft changed (token 0 vs {v - 1}, same seed) and row {b} (num_draft = "
             f"{base.num_draft[b]}) went from {low[0][b].tolist()} to {high[0][b].tolist()}: the verifier reads padding "
             f"(flashinfer #879, vLLM PR #46533 class)",
             row=b,
         )
-    return _result(name, CONTRACT, True, f"output unchanged when the padding past num_draft changes ({pr.probe_rows} rows, same seed)")
+    return result_of(name, CONTRACT, True, f"output unchanged when the padding past num_draft changes ({pr.probe_rows} rows, same seed)")
 
 
 def adversarial_inputs(pr: Prober) -> Inputs:
@@ -741,7 +741,7 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
             short += _short_of(inputs, n_out, src, label)
     data = {"draws": draws, "coins": coins, "op_draws": ops, "bypassed": moved}
     if findings:
-        return _result(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
+        return result_of(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
                        f"{_boundary_class(classes)}", findings=findings[:20], classes=sorted(classes), **data)
     fix = ("wrap the call in specaudit.adapters.randomness.routed(rng) (it routes torch, numpy's global RNG and Python's "
            "random to the scripted rng), or substitute specaudit.contract.uniforms.ScriptedUniforms for a framework's own "
@@ -750,7 +750,7 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
         sources = ", ".join(f"{s} ({n} of 2 scripted calls)" for s, n in sorted(moved.items()))
         lead = "compiled code bypassed the scripted generator" if any("torch" in s for s in moved) else \
             "the verifier drew past the scripted generator"
-        return _skipped(name, CONTRACT, f"{lead}: {sources} advanced during the scripted calls, so some draws were real "
+        return skipped(name, CONTRACT, f"{lead}: {sources} advanced during the scripted calls, so some draws were real "
                         "randomness, not the adversarial uniforms (TorchScript, a custom or Triton kernel, an op the routing "
                         "does not script such as torch.randn / randint / randperm, or a numpy / random function bound before "
                         f"the call); scripted draws per torch op: {_ops_text(ops)}", **data)
@@ -765,9 +765,9 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
             why = (f"only {min(coins)} scripted uniforms reached it for {rows} rows with a draft"
                    + (f" ({seeding} taken through rng.integers, as a seed for another generator)" if seeding else "")
                    + (", the rest drawn through methods ScriptedUniforms does not script" if unscripted else ""))
-        return _skipped(name, CONTRACT, f"{why}, so the adversarial uniforms never reached its acceptance step; {fix}", **data)
+        return skipped(name, CONTRACT, f"{why}, so the adversarial uniforms never reached its acceptance step; {fix}", **data)
     per_op = f"; scripted draws per torch op: {_ops_text(ops)}" if ops else ""
-    return _result(name, CONTRACT, True, f"{min(coins)}+ scripted uniforms per phase (0.0, 1 - 2**-53) reached the "
+    return result_of(name, CONTRACT, True, f"{min(coins)}+ scripted uniforms per phase (0.0, 1 - 2**-53) reached the "
                    f"acceptance step of {rows} rows with a draft (at least one per tested draft and per replacement): no token "
                    f"of probability 0, every id in [0, {pr.vocab}) x 2 phases{per_op}", **data)
 
@@ -837,13 +837,13 @@ def inputs_unmodified(pr: Prober) -> CheckResult:
     pr.call(pr.standard(pr.rng("inputs/inputs"), pr.probe_rows), pr.rng("inputs"))
     if pr.mutations:
         where, change = pr.mutations[0]
-        return _result(
+        return result_of(
             name, CONTRACT, False,
             f"the verifier writes into its inputs: {change} (in {where}); {len(pr.mutations)} of {pr.calls} calls "
             "(vllm-ascend PR #2881 zeroed target_probs in place)",
             mutations=[f"{w}: {c}" for w, c in pr.mutations[:10]],
         )
-    return _result(name, CONTRACT, True, f"draft, q, p and num_draft unchanged after all {pr.calls} calls")
+    return result_of(name, CONTRACT, True, f"draft, q, p and num_draft unchanged after all {pr.calls} calls")
 
 
 def contract_clauses(pr: Prober) -> CheckResult:
@@ -852,12 +852,12 @@ def contract_clauses(pr: Prober) -> CheckResult:
     if pr.breaches:
         clauses = sorted({c for _, c, _ in pr.breaches})
         where, clause, message = pr.breaches[0]
-        return _result(
+        return result_of(
             name, CONTRACT, False,
             f"clause(s) {', '.join(clauses)} broken on {len(pr.breaches)} call(s); first in {where}: [{clause}] {message}",
             clauses=clauses,
         )
-    return _result(name, CONTRACT, True, f"all {len(CLAUSES)} clauses held on {pr.calls} calls ({pr.rows:,} rows)")
+    return result_of(name, CONTRACT, True, f"all {len(CLAUSES)} clauses held on {pr.calls} calls ({pr.rows:,} rows)")
 
 
 #: (name, category, probe) in run order; a probe returns one result or several. Each is registered
@@ -887,18 +887,20 @@ SCENARIO_PROBES = (
 )
 
 
-def _crashed(name: str, category: Category, exc: VerifierCrash) -> CheckResult:
+def crashed(name: str, category: Category, exc: VerifierCrash) -> CheckResult:
     """Return the ERROR result of a probe whose verifier call raised (the other probes still run)."""
     return CheckResult(name, category, Status.ERROR, f"the verifier crashed in this probe: {exc}",
                        data={"traceback": exc.user_traceback})
 
 
-def _probe_all(pr: Prober, plan: list[tuple[str, Category, Callable[[Prober], Any]]],
-               gate_efficiency: bool) -> tuple[list[CheckResult], BaseException | None]:
+def probe_all(pr: Any, plan: list[tuple[str, Category, Callable[[Any], Any]]], gate_efficiency: bool,
+              clauses: str = "contract-clauses") -> tuple[list[CheckResult], BaseException | None]:
     """Run each probe on its own: a breach fails it, a crash makes it ERROR; a timeout stops the rest.
 
-    When every probe that called the verifier crashed, the first crash is returned as the error:
-    the verifier could not be probed at all.
+    ``pr`` is a :class:`Prober` or another prober with a ``check`` attribute (the tree probes').
+    When every probe that called the verifier crashed (``clauses``, the contract-clause probe,
+    reports without calling), the first crash is returned as the error: the verifier could not be
+    probed at all.
     """
     results: list[CheckResult] = []
     crashes: list[VerifierCrash] = []
@@ -907,9 +909,9 @@ def _probe_all(pr: Prober, plan: list[tuple[str, Category, Callable[[Prober], An
         try:
             found = probe(pr)
         except ContractError as exc:
-            found = _result(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause)
+            found = result_of(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause)
         except VerifierCrash as exc:
-            found = _crashed(name, category, exc)
+            found = crashed(name, category, exc)
             crashes.append(exc)
         except VerifierTimeout as exc:  # a hang would hang every later probe too
             return results, VerifierTimeout(f"{name}: {exc}", exc.user_traceback)
@@ -917,7 +919,7 @@ def _probe_all(pr: Prober, plan: list[tuple[str, Category, Callable[[Prober], An
             if r.category is Category.EFFICIENCY and not gate_efficiency:
                 r = replace(r, gate=False)
             results.append(r)
-    if crashes and all(r.status is Status.ERROR or r.name == "contract-clauses" for r in results):
+    if crashes and all(r.status is Status.ERROR or r.name == clauses for r in results):
         first = crashes[0]
         return results, VerifierCrash(f"{results[0].name}: {first}", first.user_traceback)
     return results, None
@@ -999,10 +1001,10 @@ def run_exact(
     """
     why = _not_probed(spec, contract)
     if why is not None:
-        return ExactOutcome((_skipped("exact-checks", CONTRACT, f"the exact probes speak the canonical chain contract, not {why}"),))
+        return ExactOutcome((skipped("exact-checks", CONTRACT, f"the exact probes speak the canonical chain contract, not {why}"),))
     canonical, logits_input = _canonical(verify, contract)
     pr = Prober(canonical, spec, seed, logits_input)
-    results, error = _probe_all(pr, _plan_for(spec, EXACT_CHECKS), gate_efficiency)
+    results, error = probe_all(pr, _plan_for(spec, EXACT_CHECKS), gate_efficiency)
     info = {"mode": "exact", "rows": pr.rows}
     return ExactOutcome(tuple(results), error, pr.calls, pr.seconds, info)
 
@@ -1035,5 +1037,5 @@ def run_scenario_probes(
     if not _one_hot_chain(pr.target):  # the one-hot corner applies to a one-hot (greedy-processed) target
         drop.add("corner-one-hot")
     plan = [entry for entry in plan if entry[0] not in drop]
-    results, error = _probe_all(pr, plan, gate_efficiency)
+    results, error = probe_all(pr, plan, gate_efficiency)
     return ExactOutcome(tuple(results), error, pr.calls, pr.seconds, {"rows": pr.rows})

@@ -51,18 +51,27 @@ import random as _pyrandom
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from specaudit.chains.processing import SamplingParams, process
 from specaudit.chains.sampling import sample_rows
-from specaudit.checks.probes import DEGENERATE, ExactOutcome
+from specaudit.checks.probes import (
+    DEGENERATE,
+    ExactOutcome,
+    foreign_source,
+    probe_all,
+    result_of,
+    rng_sources,
+    same_state,
+    skipped,
+)
 from specaudit.contract import tree
 from specaudit.contract.uniforms import ScriptedUniforms
-from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
-from specaudit.results import Category, CheckResult, Status
+from specaudit.errors import ContractError
+from specaudit.results import Category, CheckResult
 from specaudit.simulate.tables import garbage_pool
 from specaudit.simulate.tree import TreePlan, draft_trees
 
@@ -145,20 +154,6 @@ class Output:
         return token, self.law_rows(), on
 
 
-def _result(name: str, category: Category, ok: bool, summary: str, **data: Any) -> CheckResult:
-    return CheckResult(name, category, Status.PASSED if ok else Status.FAILED, summary, data=data)
-
-
-def _skipped(name: str, category: Category, reason: str) -> CheckResult:
-    return CheckResult(name, category, Status.SKIPPED, f"not applicable: {reason}", data={"reason": reason})
-
-
-def _same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Return True when two states of numpy's legacy global RNG are equal."""
-    return bool(a["state"]["pos"] == b["state"]["pos"] and np.array_equal(a["state"]["key"], b["state"]["key"])
-                and a["has_gauss"] == b["has_gauss"])
-
-
 class TreeProber:
     """Calls a tree verifier on probe trees, validating every output and watching the inputs."""
 
@@ -212,7 +207,7 @@ class TreeProber:
             self.calls += 1
             self.rows += inputs.batch
             if watch:
-                self.moved["numpy"] += not _same_state(np_state, np.random.get_state(legacy=False))
+                self.moved["numpy"] += not same_state(np_state, np.random.get_state(legacy=False))
                 self.moved["python"] += py_state != _pyrandom.getstate()
         change = pristine.first_change(handed)
         if change is not None:
@@ -252,15 +247,6 @@ class TreeProber:
         x.p[pad_p] = pool[rng.integers(len(pool), size=int(pad_p.sum()))]
         x.num_nodes[:] = keep
         return x
-
-
-def _rng_sources(pr: TreeProber, tag: str) -> list[tuple[str, np.random.Generator]]:
-    """Return a seeded Generator and both phases of ScriptedUniforms, labelled."""
-    return [
-        ("seeded rng", pr.rng(tag)),
-        ("uniforms 0.0, 1-2**-53, ...", ScriptedUniforms(0)),
-        ("uniforms 1-2**-53, 0.0, ...", ScriptedUniforms(1)),
-    ]
 
 
 def _live(inputs: TreeInputs) -> np.ndarray:
@@ -320,7 +306,7 @@ def tree_one_hot(pr: TreeProber) -> list[CheckResult]:
     inputs.tokens[hit] = want[hit]
     expected = _walk(inputs, lambda b, j, cur: bool(inputs.tokens[b, j] == want[b, j]))
     token_fail = path_fail = None
-    for label, src in _rng_sources(pr, "tree-one-hot"):
+    for label, src in rng_sources(pr, "tree-one-hot"):
         out = pr.call(inputs, src)
         token, rows, on = out.emitted(inputs)
         argmax = np.take_along_axis(top, rows, axis=1)
@@ -343,9 +329,9 @@ def tree_one_hot(pr: TreeProber) -> list[CheckResult]:
                     break
     n = inputs.batch
     return [
-        _result("tree-one-hot", CONTRACT, token_fail is None,
+        result_of("tree-one-hot", CONTRACT, token_fail is None,
                 token_fail or f"one-hot target: every emitted token is the argmax ({n} trees x 3 uniform sources)"),
-        _result("tree-one-hot-path", EFFICIENCY, path_fail is None,
+        result_of("tree-one-hot-path", EFFICIENCY, path_fail is None,
                 path_fail or "one-hot target: the path descends into the first argmax child at every node"),
     ]
 
@@ -370,17 +356,17 @@ def tree_p_equals_q(pr: TreeProber) -> CheckResult:
         drawn = sample_rows(law.reshape(-1, v), rng.random(law.shape[0] * law.shape[1])).reshape(inputs.tokens.shape)
         inputs.tokens[live] = drawn[live]
     expected = _walk(inputs, lambda b, j, cur: True)
-    for label, src in _rng_sources(pr, "tree-p=q"):
+    for label, src in rng_sources(pr, "tree-p=q"):
         out = pr.call(inputs, src)
         for b in range(inputs.batch):
             if _path_of(out, b) != expected[b]:
-                return _result(
+                return result_of(
                     name, EFFICIENCY, False,
                     f"q = p ({label}): row {b} took path {_path_of(out, b)}, expected the first-child chain "
                     f"{expected[b]}: a child drawn from q = p passes u q < p for every u < 1, so it must be accepted",
                     row=b, source=label,
                 )
-    return _result(name, EFFICIENCY, True, f"q = p: the path is the first-child chain to a leaf on {inputs.batch} "
+    return result_of(name, EFFICIENCY, True, f"q = p: the path is the first-child chain to a leaf on {inputs.batch} "
                    "trees x 3 uniform sources")
 
 
@@ -446,11 +432,11 @@ def tree_single_child(pr: TreeProber) -> CheckResult:
     """Single-child trees are the chain rule: p >= q always accepted; the final token in the residual's support."""
     name = "tree-single-child"
     if pr.vocab < 3:
-        return _skipped(name, EFFICIENCY, f"V = {pr.vocab}: a rejected child needs a residual apart from it and the argmax")
+        return skipped(name, EFFICIENCY, f"V = {pr.vocab}: a rejected child needs a residual apart from it and the argmax")
     inputs, sure = single_child_inputs(pr)
     live = _live(inputs)
     run = np.cumprod(sure & live, axis=1).sum(axis=1)  # the sure prefix: accepted whatever u
-    for label, src in _rng_sources(pr, "tree-single-child"):
+    for label, src in rng_sources(pr, "tree-single-child"):
         out = pr.call(inputs, src)
         for b in range(inputs.batch):
             r, got = int(run[b]), int(out.accepted[b])
@@ -463,7 +449,7 @@ def tree_single_child(pr: TreeProber) -> CheckResult:
                 else:
                     j = r
                     why = f"child {j} (token {inputs.tokens[b, j]}) has p = 0 there and can never be accepted"
-                return _result(name, EFFICIENCY, False,
+                return result_of(name, EFFICIENCY, False,
                                f"single-child tree ({label}): row {b} (num_nodes = {inputs.num_nodes[b]}) accepted {got} "
                                f"children, the chain rule accepts {r}: {why}", row=b, source=label)
             y = int(out.final[b])
@@ -471,17 +457,17 @@ def tree_single_child(pr: TreeProber) -> CheckResult:
             if r < inputs.num_nodes[b]:  # stopped at a rejected child: the residual norm(max(p - q, 0))
                 residual = np.maximum(law - inputs.q[b, r], 0.0)
                 if residual[y] <= 0:
-                    return _result(
+                    return result_of(
                         name, EFFICIENCY, False,
                         f"single-child tree ({label}): row {b}: child {r} (token {inputs.tokens[b, r]}) has p = 0, so the "
                         f"chain rule rejects it and draws from norm(max(p - q, 0)); the final token is {y} with p = "
                         f"{law[y]:.3g} <= q = {inputs.q[b, r, y]:.3g}, outside that residual's support (a replacement drawn "
                         "from p or from the wrong residual, or the child never tested)", row=b, source=label)
             elif law[y] <= 0:
-                return _result(name, EFFICIENCY, False,
+                return result_of(name, EFFICIENCY, False,
                                f"single-child tree ({label}): row {b}: the final token after {r} accepted children is {y}, "
                                "which has p = 0 at the leaf", row=b, source=label)
-    return _result(name, EFFICIENCY, True, f"single-child trees: the chain rule's accepted count and residual support on "
+    return result_of(name, EFFICIENCY, True, f"single-child trees: the chain rule's accepted count and residual support on "
                    f"{inputs.batch} chains of depth {pr.plan.depth} x 3 uniform sources")
 
 
@@ -495,16 +481,6 @@ def _first_diff(a: Output, b: Output) -> int | None:
     pb = np.pad(b.path, ((0, 0), (0, width - b.path.shape[1])), constant_values=-1)
     rows = np.flatnonzero((pa != pb).any(axis=1) | (a.final != b.final))
     return int(rows[0]) if rows.size else None
-
-
-def _foreign_source(pr: TreeProber, before: dict[str, int]) -> str:
-    """Name the source other than rng that moved since ``before`` (a snapshot of ``pr.moved``)."""
-    if pr.moved["numpy"] > before["numpy"]:
-        return f"numpy's global RNG (np.random.*) moved during the calls; {ROUTE_HINT}"
-    if pr.moved["python"] > before["python"]:
-        return f"Python's random module moved during the calls; {ROUTE_HINT}"
-    return ("its own generator (a module-level np.random.default_rng() / random.Random() / torch.Generator, or an "
-            "unseeded one made per call); draw from the rng argument instead")
 
 
 def tree_determinism(pr: TreeProber) -> CheckResult:
@@ -540,15 +516,15 @@ def _determinism(pr: TreeProber) -> CheckResult:
     b = _first_diff(first, second)
     pr.deterministic = b is None
     if b is not None:
-        return _result(
+        return result_of(
             name, CONTRACT, False,
             f"same seed {seeds[0]}, same trees, different outputs: row {b} gave path {_path_of(first, b)} final "
             f"{first.final[b]}, then path {_path_of(second, b)} final {second.final[b]}: the verifier draws from a "
-            f"source other than rng: {_foreign_source(pr, before)}",
+            f"source other than rng: {foreign_source(pr, before)}",
             row=b, drew=drew, cause="foreign-source",
         )
     if collision >= DEGENERATE:
-        return _result(name, CONTRACT, True,
+        return result_of(name, CONTRACT, True,
                        f"same seed -> identical outputs; the scenario's output law is (nearly) degenerate (two seeds agree "
                        f"with probability {collision:.3g}), so another seed need not give another output", drew=drew)
     g = np.random.default_rng(seeds[0])
@@ -566,13 +542,13 @@ def _determinism(pr: TreeProber) -> CheckResult:
                 "inside the call, or np.random.seed / random.seed / torch.manual_seed with a constant)")
         else:
             cause, why = "ignores-draws", "it draws from rng but its output does not depend on the draws"
-        return _result(
+        return result_of(
             name, CONTRACT, False,
             f"seeds {seeds[0]} and {seeds[1]} gave identical outputs on {PROBE_ROWS} trees of no node (final token from "
             f"the scenario's target; a lossless sampler agrees with probability {collision:.3g}): {why}",
             drew=drew, cause=cause,
         )
-    return _result(name, CONTRACT, True,
+    return result_of(name, CONTRACT, True,
                    f"same seed -> identical outputs; another seed -> different outputs (chance of agreeing {collision:.3g})",
                    drew=drew)
 
@@ -581,7 +557,7 @@ def tree_padding_independence(pr: TreeProber) -> CheckResult:
     """Changing only the node slots past num_nodes (tokens, parents, q rows, p rows) changes nothing."""
     name = "tree-padding-independence"
     if pr.deterministic is False:
-        return _skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see tree-determinism)")
+        return skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see tree-determinism)")
     rng = pr.rng("tree-padding/inputs")
     full = pr.trees(rng)
     base = pr.truncate(full, rng.integers(0, np.maximum(full.num_nodes, 1)), rng)  # every row padded
@@ -601,18 +577,18 @@ def tree_padding_independence(pr: TreeProber) -> CheckResult:
     low = pr.call(variant(0, False), np.random.default_rng(seed))
     if pr.deterministic is None:  # determinism did not run first: check the same-seed clause here
         if _first_diff(low, pr.call(variant(0, False), np.random.default_rng(seed))) is not None:
-            return _skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see tree-determinism)")
+            return skipped(name, CONTRACT, "the verifier is not deterministic for a fixed seed (see tree-determinism)")
     high = pr.call(variant(v - 1, True), np.random.default_rng(seed))
     b = _first_diff(low, high)
     if b is not None:
-        return _result(
+        return result_of(
             name, CONTRACT, False,
             f"only the node slots past num_nodes changed (token 0 vs {v - 1}, root vs chain parents, same seed) and row "
             f"{b} (num_nodes = {base.num_nodes[b]}) went from path {_path_of(low, b)} final {low.final[b]} to path "
             f"{_path_of(high, b)} final {high.final[b]}: the verifier reads padding",
             row=b,
         )
-    return _result(name, CONTRACT, True,
+    return result_of(name, CONTRACT, True,
                    f"output unchanged when the node slots past num_nodes change ({base.batch} trees, same seed)")
 
 
@@ -713,7 +689,7 @@ def tree_adversarial_uniforms(pr: TreeProber) -> CheckResult:
             classes |= kinds
     if findings:
         why = "; ".join(BOUNDARY_CLASSES[c] for c in sorted(classes))
-        return _result(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
+        return result_of(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
                        f"{why}", findings=findings[:20], draws=draws, coins=coins, classes=sorted(classes))
     if min(coins) < rows:
         if draws == 0:
@@ -723,11 +699,11 @@ def tree_adversarial_uniforms(pr: TreeProber) -> CheckResult:
             why = (f"only {min(coins)} scripted uniforms reached it for {rows} trees with a node"
                    + (f" ({seeding} taken through rng.integers, as a seed for another generator)" if seeding else "")
                    + (", the rest drawn through methods ScriptedUniforms does not script" if unscripted else ""))
-        return _skipped(name, CONTRACT, f"{why}, so the adversarial uniforms never reached its sibling tests; wrap "
+        return skipped(name, CONTRACT, f"{why}, so the adversarial uniforms never reached its sibling tests; wrap "
                         "the call in specaudit.adapters.randomness.routed(rng) (it routes torch, numpy's global RNG and "
                         "Python's random to the scripted rng), or substitute specaudit.contract.uniforms.ScriptedUniforms "
                         "for a framework's own random source")
-    return _result(name, CONTRACT, True, f"{min(coins)}+ scripted uniforms per phase (0.0, 1 - 2**-53) reached the sibling "
+    return result_of(name, CONTRACT, True, f"{min(coins)}+ scripted uniforms per phase (0.0, 1 - 2**-53) reached the sibling "
                    f"tests and final draws of {rows} trees: no token of probability 0, every id in [0, {pr.vocab}) x 2 "
                    "phases", draws=draws, coins=coins)
 
@@ -764,18 +740,18 @@ def tree_logits_processing(pr: TreeProber) -> CheckResult:
     truth = TreeInputs(inputs.tokens, inputs.parent, inputs.q, processed, inputs.num_nodes)
     given = TreeInputs(inputs.tokens, inputs.parent, inputs.q, logits, inputs.num_nodes)
     verify = tree.bind_logits(pr.raw, params)
-    for label, src in _rng_sources(pr, "tree-logits"):
+    for label, src in rng_sources(pr, "tree-logits"):
         out = pr.call(truth, src, verify=verify, given=given)
         found, _ = _zero_p(truth, out, label)
         if found:
-            return _result(
+            return result_of(
                 name, CONTRACT, False,
                 f"{found[0]} under the processed target ({params.as_dict()}): {len(found)} emitted token(s) outside "
                 "process(target_logits, params); some position is tested or sampled from softmax(logits) unprocessed "
                 "(EAGLE evaluate_posterior samples the bonus from softmax(logits) class)",
                 findings=found[:20], params=params.as_dict(),
             )
-    return _result(name, CONTRACT, True, f"every emitted token lies in the support of process(target_logits, "
+    return result_of(name, CONTRACT, True, f"every emitted token lies in the support of process(target_logits, "
                    f"{params.as_dict()}) on {inputs.batch} trees x 3 uniform sources")
 
 
@@ -785,10 +761,10 @@ def tree_inputs_unmodified(pr: TreeProber) -> CheckResult:
     pr.call(pr.trees(pr.rng("tree-inputs/inputs")), pr.rng("tree-inputs"))
     if pr.mutations:
         where, change = pr.mutations[0]
-        return _result(name, CONTRACT, False,
+        return result_of(name, CONTRACT, False,
                        f"the verifier writes into its inputs: {change} (in {where}); {len(pr.mutations)} of {pr.calls} "
                        "calls", mutations=[f"{w}: {c}" for w, c in pr.mutations[:10]])
-    return _result(name, CONTRACT, True, f"tokens, parent, q, p and num_nodes unchanged after all {pr.calls} calls")
+    return result_of(name, CONTRACT, True, f"tokens, parent, q, p and num_nodes unchanged after all {pr.calls} calls")
 
 
 def tree_contract_clauses(pr: TreeProber) -> CheckResult:
@@ -797,10 +773,10 @@ def tree_contract_clauses(pr: TreeProber) -> CheckResult:
     if pr.breaches:
         clauses = sorted({c for _, c, _ in pr.breaches})
         where, clause, message = pr.breaches[0]
-        return _result(name, CONTRACT, False,
+        return result_of(name, CONTRACT, False,
                        f"clause(s) {', '.join(clauses)} broken on {len(pr.breaches)} call(s); first in {where}: "
                        f"[{clause}] {message}", clauses=clauses)
-    return _result(name, CONTRACT, True,
+    return result_of(name, CONTRACT, True,
                    f"all {len(tree.CLAUSES)} clauses of the tree contract held on {pr.calls} calls ({pr.rows:,} trees)")
 
 
@@ -825,38 +801,6 @@ LOGITS_ONLY = ("tree-logits-processing",)
 PROBS_ONLY = ("tree-p-equals-q",)
 
 
-def _crashed(name: str, category: Category, exc: VerifierCrash) -> CheckResult:
-    """Return the ERROR result of a probe whose verifier call raised (the other probes still run)."""
-    return CheckResult(name, category, Status.ERROR, f"the verifier crashed in this probe: {exc}",
-                       data={"traceback": exc.user_traceback})
-
-
-def _probe_all(pr: TreeProber, plan: list[tuple[str, Category, Callable[[TreeProber], Any]]],
-               gate_efficiency: bool) -> tuple[list[CheckResult], BaseException | None]:
-    """Run each probe on its own: a breach fails it, a crash makes it ERROR; a timeout stops the rest."""
-    results: list[CheckResult] = []
-    crashes: list[VerifierCrash] = []
-    for name, category, probe in plan:
-        pr.check = name
-        try:
-            found = probe(pr)
-        except ContractError as exc:
-            found = _result(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause)
-        except VerifierCrash as exc:
-            found = _crashed(name, category, exc)
-            crashes.append(exc)
-        except VerifierTimeout as exc:  # a hang would hang every later probe too
-            return results, VerifierTimeout(f"{name}: {exc}", exc.user_traceback)
-        for r in found if isinstance(found, list) else [found]:
-            if r.category is Category.EFFICIENCY and not gate_efficiency:
-                r = replace(r, gate=False)
-            results.append(r)
-    if crashes and all(r.status is Status.ERROR or r.name == "tree-contract-clauses" for r in results):
-        first = crashes[0]
-        return results, VerifierCrash(f"{results[0].name}: {first}", first.user_traceback)
-    return results, None
-
-
 def run_tree_probes(
     verify: Callable[..., Any], spec: Any, seed: int, gate_efficiency: bool = True, contract: str = "probs"
 ) -> ExactOutcome:
@@ -870,5 +814,5 @@ def run_tree_probes(
     skip = PROBS_ONLY if contract == "logits" else LOGITS_ONLY
     plan = [entry for entry in TREE_CHECKS if entry[0] not in skip]
     pr = TreeProber(verify, spec, seed, contract)
-    results, error = _probe_all(pr, plan, gate_efficiency)
+    results, error = probe_all(pr, plan, gate_efficiency, clauses="tree-contract-clauses")
     return ExactOutcome(tuple(results), error, pr.calls, pr.seconds, {"rows": pr.rows})
