@@ -23,8 +23,9 @@ from specaudit.simulate import kernels
 def run_once(target: str, scenario: str, seed: int) -> tuple[float, float, float, int, int]:
     """Return (total s, verifier s, scenario s, calls, sequences) of one run."""
     t0 = time.perf_counter()
-    # diagnosis: post-run, not harness; no suspect re-runs (see above)
-    result = specaudit.run(target, [scenario], seed=seed, diagnose=False, suspect_level=0.0)
+    # diagnosis: post-run, not harness; no suspect re-runs (see above); in this process: the engine's own
+    # overhead (benchmarks/supervised.py measures what the supervisor adds)
+    result = specaudit.run(target, [scenario], seed=seed, diagnose=False, suspect_level=0.0, supervised=False)
     total = time.perf_counter() - t0
     s = result.scenarios[0]
     return total, s.verifier_seconds, s.seconds, s.calls, s.samples
