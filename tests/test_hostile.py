@@ -98,19 +98,42 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _children() -> set[int]:
-    """Return the live processes whose parent is this one (the process table)."""
-    me = str(os.getpid())
-    found = set()
+def _process_table() -> dict[int, tuple[int, bytes]]:
+    """Return ``{pid: (parent pid, command line)}`` of the live processes (zombies left out)."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if fields[1] == me and fields[0] != "Z":
-                found.add(int(entry.name))
+            if fields[0] != "Z":
+                table[int(entry.name)] = (int(fields[1]), cmdline)
+    return table
+
+
+def _children() -> set[int]:
+    """Return the live processes whose parent is this one."""
+    me = os.getpid()
+    return {pid for pid, (parent, _) in _process_table().items() if parent == me}
+
+
+def _descendants(root: int) -> set[int]:
+    """Return the live processes below ``root`` in the process table (children, their children, ...)."""
+    parent = {pid: pp for pid, (pp, _) in _process_table().items()}
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, pp in parent.items() if pp in frontier} - found
+        found |= frontier
     return found
+
+
+def _ray_processes() -> set[int]:
+    """Return the live processes of a Ray instance (raylet, GCS, workers) on this machine."""
+    return {pid for pid, (_, cmd) in _process_table().items()
+            if (b"/ray/" in cmd and b"python" in cmd) or b"raylet" in cmd or b"gcs_server" in cmd}
 
 
 def _assert_nothing_left(pids_file: Path, before: set[int]) -> None:
@@ -202,25 +225,6 @@ def test_a_control_verifier_passes_the_same_way(cli, tmp_path, monkeypatch):
     assert result.exit_code == ExitCode.OK, result.output
     doc = json.loads(out.read_text())
     assert doc["status"] == "passed" and doc["exit_code"] == 0
-
-
-def _descendants(root: int) -> set[int]:
-    """Return the live processes below ``root`` in the process table (children, their children, ...)."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parent[int(entry.name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, pp in parent.items() if pp in frontier} - found
-        found |= frontier
-    return found
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
@@ -315,20 +319,6 @@ def test_a_verifier_printing_100_mb_does_not_reach_the_report_on_stdout(tmp_path
     doc = json.loads(out.read_text())
     assert [s["error"] and s["error"]["message"] for s in doc["scenarios"]] == [
         None, "the verifier raised ValueError: printed 100 MB", None]
-
-
-def _ray_processes() -> set[int]:
-    """Return the live processes of a Ray instance (raylet, GCS, workers) on this machine."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"/ray/" in cmdline and b"python" in cmdline or b"raylet" in cmdline or b"gcs_server" in cmdline:
-                found.add(int(entry.name))
-    return {p for p in found if _alive(p)}
 
 
 def test_ray_workers_contain_every_kind_of_fault_and_the_run_goes_on(cli, tmp_path, monkeypatch):

@@ -169,6 +169,9 @@ OPTIONS = [
     (("--max-memory", "inf"), "Invalid value for '--max-memory': inf; allowed: a number 0 < x <= 1,048,576"),
     (("--timeout", "nan"), "Invalid value for '--timeout': nan; allowed: a number 0 <= x <= 604,800"),
     (("--jobs", "100000"), "100000; allowed: an integer 1 .. 4,096"),
+    (("--import-timeout", "-1"), "Invalid value for '--import-timeout': -1; allowed: a number 0 <= x <= 604,800"),
+    (("--ray-address", "127.0.0.1:1", "--backend", "ray", "--timeout", "abc"),
+     "Invalid value for '--timeout': abc; allowed: a number 0 <= x <= 604,800"),
 ]
 
 
