@@ -1,10 +1,16 @@
-"""Is alpha true? Null rejection rates of every gating check, from direct simulation of the exact null.
+"""Is alpha true? Null rejection rates of every gating check, from the exact null, far in the tail.
 
 For every shipped scenario and every gating statistical check, the check's p-value is computed
-(by the library's own functions) on R draws from the *exact* null law, and the fraction at or
-below a level is printed as a ratio to that level, with its Clopper-Pearson 99% interval. The
-levels are the ones a run really reads: ``alpha / m`` (Holm's first step, m = the run's family
-size) and ``10 alpha / m``.
+(by the library's own functions) on draws from the *exact* null law, and its rejection rate at
+a level is printed as a ratio to that level with a 99% interval. The levels are the ones a run
+really reads: ``alpha / m`` (Holm's first step, m = the run's family size) and ``10 alpha / m``.
+
+Rates that small are estimated by importance sampling (`specaudit.analysis.null_rates`): the counts
+are drawn from a defensive mixture of the null and of proposals that reach the tail
+(Dirichlet-multinomial dispersion for the X^2 / G^2 statistics, exponential tilts for the
+tokens-per-step ratio), each draw weighted by its exact likelihood ratio. The estimate is unbiased
+whatever the proposal (tests/stats/test_null_rates.py checks it against exact enumerated tails);
+``--plain`` draws from the null alone (then the interval is binomial), for a side-by-side check.
 
 What is simulated (no verifier is needed: under the null the counts follow known laws)
     joint-law (Pearson and G)  multinomial counts of the merged groups from the exact joint law
@@ -13,32 +19,37 @@ What is simulated (no verifier is needed: under the null the counts follow known
                                computed by dynamic programming over the step kernels; the ratio
                                test reads their moments
     early-stop                 the joint-law check's sequential p-value over the doubling looks
-                               (cumulative multinomial counts at each look, groups re-merged per look)
-    pit                        the two uniform histograms (pooled bins, disjoint pairs), Bonferroni
-    per-prefix                 every planned node's counts at its planned total, the run's node
-                               statistic, the Holm (Bonferroni) minimum over the nodes
+                               (one path of cumulative counts, groups re-merged per look)
+    pit                        the uniformity and serial-pairs histograms, drawn jointly (a 64 x 64
+                               grid of the disjoint pairs plus the unpaired tokens), Bonferroni as the check
+    per-prefix                 every planned node at its planned total, grouped as the check groups it
+                               (`PlannedNode.grouping_total`); nodes are independent given their totals,
+                               so the check's rate is 1 - prod(1 - node rate at level / nodes)
+    corner X^2                 the greedy-drafter corner: the sum over its configurations' merged
+                               outcome counts, read through the summed null law as the probe reads it
 
 Output: one row per (scenario, check, level), the same pooled over scenarios per check, and a
-last line ``max ratio R (upper 99% bound U)`` over every row at ``10 alpha / m`` and every pooled
-row at ``alpha / m`` (a single row at ``alpha / m`` would need ~3e6 draws for a tight interval):
-R the largest ratio, U the largest upper bound. Goal: R <= 1.1 and U <= 1.3.
-``--quick`` runs the default suite plus the audit's worst case (sampling-temperature at 20k) with
-fewer draws, in under 2 minutes on 2 cores.
+last line ``max ratio R (upper 99% bound U)`` over every row at both levels. Goal: R <= 1.1 and
+U <= 1.3. ``--quick`` runs the default suite plus the audit's worst cases (sampling-temperature at
+20k, zipf-v32k's per-prefix and PIT at 20k) with fewer draws, in under 2 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
+from scipy import special
 
 from specaudit import laws
+from specaudit.analysis import null_rates as nr
 from specaudit.checks import pit as pitcheck
 from specaudit.checks import prefix as prefixcheck
+from specaudit.checks.probes import GREEDY_CONFIGS
 from specaudit.checks.statistical import wants_joint
 from specaudit.laws import chain as exact
 from specaudit.laws import rounds
@@ -46,217 +57,329 @@ from specaudit.scenarios.catalogue import shipped
 from specaudit.simulate.blocks import block_sizes
 from specaudit.stats import gof, sequential
 
-CHUNK = 100_000  # draws per vectorised batch (bounds memory)
+
+#: Early stop is simulated as a path of cell counts (groups re-merge per look): at most this many cells.
+MAX_PATH_CELLS = 20_000
 
 
 @dataclass
 class Row:
-    """Rejections of one (scenario, check) at one level."""
+    """The rejection rate of one (scenario, check) at one level."""
 
     scenario: str
+    n: int
     check: str
-    level: float
-    reps: int
-    hits: int
+    est: nr.Estimate
 
-    def interval(self) -> tuple[float, float]:
-        """Return the Clopper-Pearson 99% interval of the rejection rate as a ratio to the level."""
-        lo = sps.beta.ppf(0.005, self.hits, self.reps - self.hits + 1) if self.hits else 0.0
-        hi = sps.beta.ppf(0.995, self.hits + 1, self.reps - self.hits)
-        return lo / self.level, hi / self.level
-
-    def ratio(self) -> float:
-        """Return the measured rejection rate over the level."""
-        return self.hits / self.reps / self.level
+    def line(self) -> str:
+        lo, hi = self.est.interval()
+        return (f"{self.scenario:28s} {self.n:7d} {self.check:22s} {self.est.level:8.2e} {self.est.hits:7d} "
+                f"{self.est.ratio():6.2f}  [{lo:.2f}, {hi:.2f}]")
 
 
-def multinomial(rng: np.random.Generator, n: int, probs: np.ndarray, reps: int) -> Iterator[np.ndarray]:
-    """Yield [r, k] multinomial draws in chunks."""
-    probs = probs / probs.sum()
-    for lo in range(0, reps, CHUNK):
-        yield rng.multinomial(n, probs, size=min(CHUNK, reps - lo))
+def first_level(rejects: list[np.ndarray], levels: list[float]) -> np.ndarray:
+    """Return, per draw, the smallest level at which it is rejected (1 when at none).
 
-
-def grouped(probs: np.ndarray, n: int) -> np.ndarray:
-    """Return the group probabilities of the merge a goodness-of-fit test makes at ``n``."""
-    g = gof.merge_groups(probs * n)
-    ok = g >= 0
-    return np.bincount(g[ok], weights=probs[ok], minlength=int(g.max()) + 1)
-
-
-def count_pvalues(
-    probs: np.ndarray, n: int, methods: tuple[str, ...], rng: np.random.Generator, reps: int
-) -> Iterator[dict[str, np.ndarray]]:
-    """Yield p-values of `gof.goodness_of_fit` by method on exact null draws (groups fixed by the plan, as the check)."""
-    pg = grouped(probs, n)
-    if pg.size < 2:
-        return
-    null = {m: gof.null_law(pg * n, m) for m in methods}
-    for counts in multinomial(rng, n, pg, reps):
-        yield {m: law.sf(gof.statistics(counts, pg * n, m)) for m, law in null.items()}
-
-
-def tps_pvalues(scenario, target, draft, rng, reps) -> Iterator[np.ndarray]:
-    """Yield `gof.ratio_test` p-values of tokens per step on exact null draws of N sequences."""
-    r, tok, probs = rounds.rounds_tokens_law(scenario, target, draft)
-    n = scenario.samples
-    exact_tps = laws.horizon(scenario, target, draft).tokens_per_step
-    basis = np.stack([r, tok, r * r, tok * tok, r * tok], axis=1)  # [cells, 5]
-    for counts in multinomial(rng, n, probs, reps):
-        z, _, _ = gof.ratio_z(counts @ basis, n, exact_tps)
-        yield 2 * sps.norm.sf(np.abs(z))
-
-
-def early_stop_pvalues(probs, n, method, rng, reps) -> Iterator[np.ndarray]:
-    """Yield the joint-law check's sequential p-value (`sequential.Track`'s formula) on exact null draws."""
-    sizes = np.cumsum(block_sizes(n))
-    looks = [int(sizes[b - 1]) for b in sequential.look_schedule(len(sizes))]
-    weights = sequential.spending(len(looks))
-    plans = []
-    for size in looks:
-        g = gof.merge_groups(probs * size)
-        plans.append((g, gof.null_law(np.bincount(g[g >= 0], weights=probs[g >= 0]) * size, method)))
-    for lo in range(0, reps, CHUNK // 4):
-        r = min(CHUNK // 4, reps - lo)
-        cum = np.zeros((r, probs.size), dtype=np.int64)
-        best = np.ones(r)
-        done = 0
-        for (g, law), size, w in zip(plans, looks, weights):
-            cum += rng.multinomial(size - done, probs, size=r)
-            done = size
-            ok = g >= 0
-            k = int(g.max()) + 1
-            obs = np.zeros((r, k))
-            np.add.at(obs.T, g[ok], cum[:, ok].T)
-            exp = np.bincount(g[ok], weights=probs[ok], minlength=k) * size
-            if k >= 2:
-                best = np.minimum(best, law.sf(gof.statistics(obs, exp, method)) / w)
-        yield np.minimum(best, 1.0)
-
-
-def pit_pvalues(n_tokens: int, n_pairs: int, rng, reps) -> Iterator[np.ndarray]:
-    """Yield the PIT check's Bonferroni-combined p-value on exact null (uniform) histograms."""
-    bins, cells = pitcheck.BINS, pitcheck.PAIR_BINS**2
-    law1 = gof.null_law(np.full(bins, n_tokens / bins), "pearson")
-    law2 = gof.null_law(np.full(cells, n_pairs / cells), "pearson")
-    for lo in range(0, reps, CHUNK):
-        r = min(CHUNK, reps - lo)
-        h = rng.multinomial(n_tokens, np.full(bins, 1 / bins), size=r)
-        p1 = law1.sf(gof.statistics(h, np.full(bins, n_tokens / bins), "pearson"))
-        if n_pairs:
-            q = rng.multinomial(n_pairs, np.full(cells, 1 / cells), size=r)
-            p2 = law2.sf(gof.statistics(q, np.full(cells, n_pairs / cells), "pearson"))
-            yield np.minimum(1.0, 2 * np.minimum(p1, p2))
-        else:
-            yield p1
-
-
-def prefix_plan(target, n: int, length: int) -> list[tuple[np.ndarray, float]]:
-    """Return (group probabilities, planned total) of every node the per-prefix check tests."""
-    out = []
-    for node in prefixcheck.plan_nodes(target, n, length):
-        pg = grouped(node.probs, node.planned)
-        if pg.size >= 2:
-            out.append((pg, node.planned))
+    A check rejects at level L when its p-value is <= L; since p-values are monotone in the
+    statistic this is ``statistic >= isf(L)``, the critical value computed once per level instead of
+    a tail per draw. Rejection sets are nested in L, so ``first_level(...) <= L`` is exactly
+    "rejected at L": it stands in for the p-value in `null_rates.estimate`.
+    """
+    out = np.ones(rejects[0].shape)
+    for rej, level in sorted(zip(rejects, levels), key=lambda z: -z[1]):
+        out[rej] = level
     return out
 
 
-def prefix_pvalues(target, n, length, method, rng, reps) -> Iterator[np.ndarray]:
-    """Yield the per-prefix check's combined p-value (nodes x min p) with nodes at their planned totals."""
-    nodes = prefix_plan(target, n, length)
-    laws_ = [(pg, int(round(planned)), gof.null_law(pg * round(planned), method)) for pg, planned in nodes]
-    for lo in range(0, reps, CHUNK // 10):
-        r = min(CHUNK // 10, reps - lo)
-        best = np.ones(r)
-        for pg, total, law in laws_:
-            counts = rng.multinomial(total, pg, size=r)
-            best = np.minimum(best, law.sf(gof.statistics(counts, pg * total, method)))
-        yield np.minimum(1.0, len(laws_) * best)
+class Calibration:
+    """Estimates rates with the run's levels, draws per row and proposals (or none: ``plain``)."""
 
+    def __init__(self, levels: list[float], reps: int, plain: bool, rng: np.random.Generator):
+        self.levels, self.reps, self.plain, self.rng = levels, reps, plain, rng
 
-def tally(scenario: str, check: str, pvalues: Iterator[np.ndarray | dict[str, np.ndarray]], levels: list[float]) -> list[Row]:
-    """Count p-values at or below each level (a dict of arrays: one check per key, ``check/key``)."""
-    hits: dict[str, np.ndarray] = {}
-    reps = 0
-    for batch in pvalues:
-        named = batch if isinstance(batch, dict) else {"": batch}
-        for key, p in named.items():
-            hits.setdefault(key, np.zeros(len(levels), dtype=np.int64))
-            hits[key] += [(p <= lev).sum() for lev in levels]
-        reps += next(iter(named.values())).size
-    return [Row(scenario, f"{check}/{key}" if key else check, lev, reps, int(h))
-            for key, counts in hits.items() for lev, h in zip(levels, counts)]
+    def mixture(self, blocks: list[tuple[np.ndarray, int]], proposals: list[nr.Dispersion | nr.Tilt]) -> nr.Mixture:
+        return nr.Mixture(blocks, [] if self.plain else proposals)
+
+    def rates(self, mix: nr.Mixture, pvalue: Callable[[list[np.ndarray]], np.ndarray | dict[str, np.ndarray]],
+              reps: int | None = None, levels: list[float] | None = None) -> dict[str, list[nr.Estimate]]:
+        """Return {key: [estimate per level]} of ``pvalue(counts)`` (an array, or a dict of arrays: one check per key)."""
+        levels = levels or self.levels
+        reps = reps or self.reps
+        parts: dict[str, list[list[nr.Estimate]]] = {}
+        done = 0
+        while done < reps:
+            r = min(20_000, reps - done)
+            counts, w = mix.counts(self.rng, r)
+            out = pvalue(counts)
+            for key, p in (out if isinstance(out, dict) else {"": out}).items():
+                parts.setdefault(key, []).append(nr.estimate(p, w, levels, 1.0 / mix.null_share))
+            done += r
+        return {key: [sum(col[1:], col[0]) for col in zip(*chunks)] for key, chunks in parts.items()}
+
+    # ---- the checks --------------------------------------------------------------------------
+
+    def counts_test(self, probs: np.ndarray, n: int, methods: tuple[str, ...], grouping: float | None = None,
+                    levels: list[float] | None = None, reps: int | None = None) -> dict[str, list[nr.Estimate]]:
+        """Goodness of fit of ``n`` draws from ``probs``, groups merged for ``grouping`` (default n), as `gof.goodness_of_fit`."""
+        levels = levels or self.levels
+        g = gof.merge_groups(probs * (grouping or n))
+        ok = g >= 0
+        pg = np.bincount(g[ok], weights=probs[ok], minlength=int(g.max()) + 1)
+        if pg.size < 2:
+            return {}
+        expected = pg * n
+        null = {m: gof.null_law(expected, m) for m in methods}
+        first = null[methods[0]]
+        mix = self.mixture([(pg, n)], nr.dispersions(0, pg.size - 1, [first.isf(level) for level in levels]))
+        crits = {m: [law.isf(level) for level in levels] for m, law in null.items()}
+
+        def pvalue(c):
+            out = {}
+            for m in methods:
+                x = gof.statistics(c[0], expected, m)
+                out[m] = first_level([x >= cv for cv in crits[m]], levels)
+            return out
+
+        return self.rates(mix, pvalue, reps=reps, levels=levels)
+
+    def tokens_per_step(self, scenario, target, draft) -> list[nr.Estimate]:
+        r, tok, probs = rounds.rounds_tokens_law(scenario, target, draft)
+        n = scenario.samples
+        ratio = laws.horizon(scenario, target, draft).tokens_per_step
+        basis = np.stack([r, tok, r * r, tok * tok, r * tok], axis=1)  # [cells, 5]
+        g = tok - ratio * r  # the ratio's influence: z is linear in sum x g to first order
+        sd = float(np.sqrt(probs @ g**2 - (probs @ g) ** 2))
+        tilts = [nr.Tilt(0, g, sign * float(gof.normal_isf(level / 2)) / (np.sqrt(n) * sd))
+                 for level in self.levels for sign in (1.0, -1.0)] if sd > 0 else []
+
+        def pvalue(c):
+            z, _, _ = gof.ratio_z(c[0] @ basis, n, ratio)
+            return 2 * special.ndtr(-np.abs(z))
+
+        return self.rates(self.mixture([(probs, n)], tilts), pvalue)[""]
+
+    def early_stop(self, probs: np.ndarray, n: int, method: str) -> list[nr.Estimate]:
+        """The sequential p-value (`sequential.Track`'s formula) over the doubling looks of one path of counts."""
+        sizes = np.cumsum(block_sizes(n))
+        looks = [int(sizes[b - 1]) for b in sequential.look_schedule(len(sizes))]
+        weights = sequential.spending(len(looks))
+        plans = []
+        for size in looks:
+            g = gof.merge_groups(probs * size)
+            ok = g >= 0
+            k = int(g.max()) + 1
+            exp = np.bincount(g[ok], weights=probs[ok], minlength=k) * size
+            plans.append((g, ok, k, exp, gof.null_law(exp, method) if k >= 2 else None))
+        # one stretch per look and level, sized to put that look's statistic at its critical value; it
+        # draws the path up to its look from a Dirichlet-multinomial and the rest from the null, so its
+        # likelihood ratio is that of the counts at its look (one block per look: the path's cumulative counts)
+        onehot = [np.eye(k)[g[ok]] if law is not None else None for g, ok, k, _, law in plans]  # cells -> groups
+        blocks = [(probs, size) for size in looks]
+        crits = [[law.isf(level * w) for level in self.levels] if law is not None else []
+                 for (_, _, _, _, law), w in zip(plans, weights)]
+        proposals = []
+        for j, (_, _, k, _, law) in enumerate(plans):
+            if law is not None:
+                proposals += nr.dispersions(j, k - 1, crits[j], 2)
+        mix = self.mixture(blocks, proposals)
+        out: list[list[nr.Estimate]] = []
+        done, reps = 0, 3 * self.reps  # the union over looks splits the proposals: 3x the draws for the same error
+        chunk = max(100, min(5_000, 4_000_000 // (probs.size * len(looks))))  # bounded memory: [chunk, cells] per look
+        while done < reps:
+            r = min(chunk, reps - done)
+            theta, pick = mix.pick(self.rng, r)
+            horizon = np.array([mix.proposals[i].blocks if i >= 0 else -1 for i in pick])  # the look a proposal stretches
+            source = np.array([mix.proposals[i].blocks if i >= 0 else 0 for i in pick])
+            stretched = np.stack([theta[b][row] for row, b in enumerate(source)])
+            cum = np.zeros((r, probs.size), dtype=np.int64)
+            at_look = []
+            rejected = [np.zeros(r, dtype=bool) for _ in self.levels]
+            at = 0
+            for j, ((_, ok, _, exp, law), size) in enumerate(zip(plans, looks)):
+                step = np.where((horizon >= j)[:, None], stretched, probs[None, :])
+                cum += self.rng.multinomial(size - at, step)
+                at = size
+                at_look.append(cum.copy())
+                if law is None:
+                    continue
+                x = gof.statistics(cum[:, ok] @ onehot[j], exp, method)
+                for rej, cv in zip(rejected, crits[j]):  # p_seq <= L: some look has p <= L w
+                    rej |= x >= cv
+            out.append(nr.estimate(first_level(rejected, self.levels), mix.weights(at_look), self.levels, 1.0 / mix.null_share))
+            done += r
+        return [sum(col[1:], col[0]) for col in zip(*out)]
+
+    def pit(self, n_tokens: int, n_pairs: int) -> list[nr.Estimate]:
+        """Both PIT histograms from one draw: the pairs on a BINS x BINS grid, the unpaired tokens apart.
+
+        Two kinds of proposals, each with a likelihood ratio that reads one view of the draw: tokens
+        i.i.d. from a Dirichlet-drawn bin law (the ratio reads the uniformity histogram, the tokens
+        being exchangeable), and pairs whose coarse cells are Dirichlet-multinomial, uniform within a
+        cell (the ratio reads the coarse pair counts).
+        """
+        bins, coarse = pitcheck.BINS, pitcheck.PAIR_BINS
+        cells, step = coarse * coarse, bins // coarse
+        singles = n_tokens - 2 * n_pairs
+        law1 = gof.null_law(np.full(bins, n_tokens / bins), "pearson")
+        law2 = gof.null_law(np.full(cells, n_pairs / cells), "pearson")
+        views = [(np.full(bins, 1.0 / bins), n_tokens), (np.full(cells, 1.0 / cells), n_pairs)]
+        crits = [(law1.isf(lev / 2), law2.isf(lev / 2)) for lev in self.levels]
+        mix = self.mixture(views, nr.dispersions(0, bins - 1, [c[0] for c in crits], 2)
+                           + nr.dispersions(1, cells - 1, [c[1] for c in crits], 2))
+        # fine cell (i, j) -> its coarse cell, for spreading a coarse law uniformly over its fine cells
+        coarse_of = ((np.arange(bins)[:, None] // step) * coarse + np.arange(bins)[None, :] // step).ravel()
+        out: list[list[nr.Estimate]] = []
+        done, reps = 0, max(self.reps // 4, 2_000)
+        while done < reps:
+            r = min(2_000, reps - done)
+            theta, pick = mix.pick(self.rng, r)
+            kind = np.array([mix.proposals[i].blocks if i >= 0 else -1 for i in pick])
+            token = theta[0]  # uniform unless a token proposal drew it
+            grid_p = np.einsum("ri,rj->rij", token, token).reshape(r, -1)
+            pair_rows = kind == 1
+            grid_p[pair_rows] = theta[1][pair_rows][:, coarse_of] / (step * step)
+            grid = self.rng.multinomial(n_pairs, grid_p).reshape(r, bins, bins)
+            hist = grid.sum(axis=1) + grid.sum(axis=2)
+            if singles:
+                hist += self.rng.multinomial(singles, token)
+            pairs = grid.reshape(r, coarse, step, coarse, step).sum(axis=(2, 4)).reshape(r, cells)
+            x1 = gof.statistics(hist, np.full(bins, n_tokens / bins), "pearson")
+            x2 = gof.statistics(pairs, np.full(cells, n_pairs / cells), "pearson")
+            rejected = [(x1 >= c1) | (x2 >= c2) for c1, c2 in crits]  # Bonferroni: either p <= L / 2
+            out.append(nr.estimate(first_level(rejected, self.levels), mix.weights([hist, pairs]), self.levels, 1.0 / mix.null_share))
+            done += r
+        return [sum(col[1:], col[0]) for col in zip(*out)]
+
+    def per_prefix(self, target, n: int, length: int, method: str) -> list[nr.Estimate]:
+        """Every planned node's rate at level / nodes; the check rejects when any node does (independent given totals)."""
+        nodes = [node for node in prefixcheck.plan_nodes(target, n, length)
+                 if (gof.merge_groups(node.probs * node.grouping_total()).max() >= 1)]
+        if not nodes:
+            return []
+        seen: dict[tuple, dict[str, list[nr.Estimate]]] = {}
+        per_level: list[list[nr.Estimate]] = [[] for _ in self.levels]
+        reps = max(self.reps // 10, 2_000)
+        for node in nodes:
+            total = int(round(node.planned))
+            key = (hashlib.sha256(node.probs.tobytes()).digest(), total, node.grouping_total())
+            if key not in seen:  # lazy chains repeat conditional laws: one estimate per distinct node
+                seen[key] = self.counts_test(node.probs, total, (method,), grouping=node.grouping_total(),
+                                             levels=[lev / len(nodes) for lev in self.levels], reps=reps)
+            for i, est in enumerate(seen[key][method]):
+                per_level[i].append(est)
+        return [nr.union_rate(parts, level) for parts, level in zip(per_level, self.levels)]
+
+    def corner(self, target, draft, n: int) -> list[nr.Estimate]:
+        """The greedy-drafter corner's X^2 summed over its configurations, read through the summed null law.
+
+        Configurations as the probe builds them (`checks.probes.corner_greedy_drafter`): a target row
+        p0, the greedy drafter's token x, a bonus row p1; outcome law (p0(x) p1, p0 without x) over
+        2V cells, ``n / GREEDY_CONFIGS`` rows each.
+        """
+        rng = np.random.default_rng(7)
+        states = rng.integers(target.n_states, size=2 * GREEDY_CONFIGS)
+        rows = np.asarray(target.probs(states), dtype=np.float64)
+        x = np.argmax(np.asarray(draft.probs(states[:GREEDY_CONFIGS]), dtype=np.float64), axis=1)
+        configs = []
+        for c in range(GREEDY_CONFIGS):
+            p0, p1 = rows[c], rows[GREEDY_CONFIGS + c]
+            reject = p0.copy()
+            reject[x[c]] = 0.0
+            law = np.concatenate([p0[x[c]] * p1, reject])
+            configs.append((law / law.sum(), n // GREEDY_CONFIGS))
+        blocks, expected, law = [], [], None
+        for probs, total in configs:
+            g = gof.merge_groups(probs * total)
+            ok = g >= 0
+            pg = np.bincount(g[ok], weights=probs[ok], minlength=int(g.max()) + 1)
+            if pg.size < 2:
+                continue
+            blocks.append((pg, total))
+            expected.append(pg * total)
+            part = gof.null_law(pg * total, "pearson")
+            law = part if law is None else law + part
+        if law is None:
+            return []
+        crit = [law.isf(level) for level in self.levels]
+        df = sum(e.size - 1 for e in expected)
+        # one proposal stretches every configuration at once: the statistic is their sum
+        mix = self.mixture(blocks, nr.dispersions(tuple(range(len(blocks))), df, crit))
+        def pvalue(c):
+            x = sum(gof.statistics(counts, e, "pearson") for counts, e in zip(c, expected))
+            return first_level([x >= cv for cv in crit], self.levels)
+
+        return self.rates(mix, pvalue, reps=max(self.reps // 4, 2_000))[""]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="default suite + the audit's worst case, fewer draws")
+    ap.add_argument("--quick", action="store_true", help="default suite + the audit's worst cases, fewer draws (< 2 min)")
     ap.add_argument("--alpha", type=float, default=1e-3)
     ap.add_argument("--family", type=int, default=30, help="m, the run's Holm family size (default suite: 30)")
-    ap.add_argument("--reps", type=int, default=None, help="draws per row at the lowest level's 10x (default: 40 / (10 alpha / m) quick, 1000 / (10 alpha / m) full)")
+    ap.add_argument("--reps", type=int, default=None, help="draws per row (default 20,000 quick, 100,000 full)")
     ap.add_argument("--scenario", action="append", help="only these shipped scenarios (repeatable)")
+    ap.add_argument("--plain", action="store_true", help="draw from the null alone (no importance sampling)")
     ap.add_argument("--seed", type=int, default=20261201)
     args = ap.parse_args()
     level = args.alpha / args.family
     levels = [level, 10 * level]
-    reps = args.reps or int(round((40 if args.quick else 1000) / (10 * level)))
-    rng = np.random.default_rng(args.seed)
+    reps = args.reps or (20_000 if args.quick else 100_000)
+    cal = Calibration(levels, reps, args.plain, np.random.default_rng(args.seed))
     catalogue = {s.spec.name: s.spec for s in shipped() if s.spec.mode != "exact"}
     if args.scenario:
         todo = [(catalogue[name], catalogue[name].samples) for name in args.scenario]
     elif args.quick:
         todo = [(s, s.samples) for s in catalogue.values() if "default" in s.tags]
-        todo.append((catalogue["sampling-temperature"], 20_000))  # the audit's x1.99 case
+        todo += [(catalogue["sampling-temperature"], 20_000), (catalogue["zipf-v32k"], 20_000)]  # the audit's worst cases
     else:
         todo = [(s, s.samples) for s in catalogue.values()]
-        todo += [(catalogue["sampling-temperature"], 20_000), (catalogue["p-equals-q"], 20_000)]
+        todo += [(catalogue["sampling-temperature"], 20_000), (catalogue["p-equals-q"], 20_000),
+                 (catalogue["zipf-v32k"], 100_000)]
     print(f"alpha {args.alpha:g}, family m = {args.family}: levels {level:.3g} (alpha/m) and {10 * level:.3g}; "
-          f"{reps:,} draws per row ({'quick' if args.quick else 'full'})")
-    print(f"{'scenario':28s} {'N':>7s} {'check':22s} {'level':>8s} {'hits':>6s} {'ratio':>6s}  99% interval")
+          f"{reps:,} draws per row ({'quick' if args.quick else 'full'}, "
+          f"{'plain Monte Carlo' if args.plain else 'importance sampling'})")
+    print(f"{'scenario':28s} {'N':>7s} {'check':22s} {'level':>8s} {'hits':>7s} {'ratio':>6s}  99% interval")
     rows: list[Row] = []
     t0 = time.perf_counter()
     for spec, n in todo:
         spec = spec.model_copy(update={"samples": n})
         target, draft = spec.chains()
-        label = f"{spec.name}"
-        jobs: list[tuple[str, Iterator[np.ndarray] | Iterator[dict[str, np.ndarray]]]] = []  # generators: lazy
+        found: dict[str, list[nr.Estimate]] = {}
         if wants_joint(spec):
             probs = exact.joint_probabilities(target, spec.length)
-            jobs.append(("joint-law", count_pvalues(probs, n, ("pearson", "g"), rng, reps)))
-            if not args.quick or spec.name == "p-equals-q":  # quick: the audit's early-stop case only
-                jobs.append(("early-stop", early_stop_pvalues(probs, n, "pearson", rng, reps // (2 if args.quick else 1))))
+            for key, ests in cal.counts_test(probs, n, ("pearson", "g")).items():
+                found[f"joint-law/{key}"] = ests
+            if probs.size > MAX_PATH_CELLS:
+                print(f"{spec.name:28s} {n:7d} early-stop: not simulated ({probs.size:,} cells: the path of cell counts "
+                      f"over {MAX_PATH_CELLS:,} does not fit in memory)")
+            elif not args.quick or spec.name == "p-equals-q":  # quick: the audit's early-stop case only
+                found["early-stop"] = cal.early_stop(probs, n, "pearson")
         else:
             if hasattr(target, "probs"):
-                jobs.append(("per-prefix", prefix_pvalues(target, n, spec.length, "pearson", rng, reps // 10)))
-            jobs.append(("pit", pit_pvalues(n * spec.length, n * (spec.length // 2), rng, reps)))
+                for method in ("pearson",) if args.quick else ("pearson", "g"):
+                    found[f"per-prefix/{method}"] = cal.per_prefix(target, n, spec.length, method)
+            found["pit"] = cal.pit(n * spec.length, n * (spec.length // 2))
         if hasattr(target, "dist"):
             accept = laws.first_round_accept_law(spec, target, draft)
-            jobs.append(("accept-length", count_pvalues(accept, n, ("pearson",), rng, reps)))
+            for key, ests in cal.counts_test(accept, n, ("pearson",)).items():
+                found[f"accept-length/{key}"] = ests
             if rounds.rounds_tokens_law(spec, target, draft)[2].size > 1:  # one possible value: an exact check, no p-value
-                jobs.append(("tokens-per-step", tps_pvalues(spec, target, draft, rng, reps)))
-        for check, pvalues in jobs:
-            for row in tally(label, check, pvalues, levels):
-                rows.append(row)
-                lo, hi = row.interval()
-                print(f"{label:28s} {n:7d} {row.check:22s} {row.level:8.2e} {row.hits:6d} {row.ratio():6.2f}  [{lo:.2f}, {hi:.2f}]",
-                      flush=True)
+                found["tokens-per-step"] = cal.tokens_per_step(spec, target, draft)
+        if hasattr(target, "n_states") and spec.k > 0:  # the corner probe runs on every sampled scenario
+            found["corner-greedy-drafter"] = cal.corner(target, draft, n)
+        for check, ests in found.items():
+            for est in ests:
+                rows.append(Row(spec.name, n, check, est))
+                print(rows[-1].line(), flush=True)
     print(f"{len(rows)} rows in {time.perf_counter() - t0:.0f} s")
-    # pooled over scenarios, per check and level: the same question with every draw of the run
-    pooled: list[Row] = []
+    print("pooled over scenarios:")
     for check in dict.fromkeys(r.check for r in rows):
         for lev in levels:
-            these = [r for r in rows if r.check == check and r.level == lev]
-            pooled.append(Row("(all scenarios)", check, lev, sum(r.reps for r in these), sum(r.hits for r in these)))
-    print("pooled over scenarios:")
-    for row in pooled:
-        lo, hi = row.interval()
-        print(f"{'':28s} {'':7s} {row.check:22s} {row.level:8.2e} {row.hits:6d} {row.ratio():6.2f}  [{lo:.2f}, {hi:.2f}]")
-    # the headline: every row at 10 alpha / m (where each row has ~100 expected hits in full mode, ~30 quick)
-    # and every check pooled at alpha / m; per-row alpha / m figures are printed above
-    head = [r for r in rows if r.level == levels[1]] + [r for r in pooled if r.level == levels[0]]
-    worst = max(head, key=Row.ratio)
-    print(f"worst: {worst.scenario} {worst.check} at {worst.level:.2e}")
-    print(f"max ratio {worst.ratio():.2f} (upper 99% bound {max(r.interval()[1] for r in head):.2f})")
+            these = [r.est for r in rows if r.check == check and r.est.level == lev]
+            print(Row("(all scenarios)", 0, check, sum(these[1:], these[0])).line())
+    worst = max(rows, key=lambda r: r.est.ratio())
+    print(f"worst: {worst.scenario} {worst.check} at {worst.est.level:.2e}")
+    print(f"max ratio {worst.est.ratio():.2f} (upper 99% bound {max(r.est.interval()[1] for r in rows):.2f})")
 
 
 if __name__ == "__main__":

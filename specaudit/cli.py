@@ -182,6 +182,10 @@ def main() -> None:
 @click.option("--early-stop", is_flag=True,
               help="Look after 1, 2, 4, ... blocks of 15,000 sequences and stop a scenario once a check has failed "
                    "for sure (alpha spending; family-wise alpha holds; the last look keeps alpha/2).")
+@click.option("--certify-tv", "certify_tv", type=_Real(0.0, 1.0, True, True, "0.005"), default=None, metavar="EPS",
+              help="Keep sampling each scenario (looks as with --early-stop) until its upper confidence bound on the "
+                   "total-variation distance to the target's law is <= EPS (exit 0), a check fails (exit 1), or the "
+                   "sample cap is hit (exit 6). Cap: --samples, else 4x what a lossless verifier should need.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run blocks b = I mod N of every scenario and write additive counts for `specaudit merge`. "
                    "Verdicts are provisional: exits 0 unless a scenario errored; the merge is the gate.")
@@ -202,7 +206,9 @@ def main() -> None:
                    "(`specaudit adapters` lists them). Overrides a scenario's adapter.")
 @click.option("--adapter-arg", "adapter_args", multiple=True, metavar="KEY=VALUE",
               help="An adapter option, e.g. --adapter-arg assistant_ensemble_weight=0.5. Repeatable.")
-@click.option("--device", default=None, metavar="cpu|cuda", help="Torch device for torch-based adapters.")
+@click.option("--device", default=None, metavar="cpu|cuda",
+              help="Torch device for torch-based adapters; a torch verifier (--adapter torch) is then simulated there "
+                   "(p, q and drafts made on the device, no host copies).")
 @click.option("--dtype", default=None, type=click.Choice(["float64", "float32", "float16", "bfloat16"]),
               help="Floating dtype of q and p for torch-based adapters.")
 @click.option("--suspect-level", type=float, default=None, metavar="P",
@@ -371,6 +377,7 @@ def _run_settings(
     contract: str,
     jobs: int,
     early_stop: bool,
+    certify_tv: float | None,
     shard: str | None,
     backend: str,
     ray_address: str | None,
@@ -390,7 +397,8 @@ def _run_settings(
         alpha=alpha, seed=seed, samples=samples, batch=batch, method=method, gate_efficiency=not allow_inefficient,
         contract=contract, timeout=timeout or None, import_timeout=import_timeout or None, max_memory=_gib(max_memory), jobs=jobs, backend=backend,
         address=ray_address, suspect_level=suspect_level, power=not no_power, early_stop=early_stop,
-        shard=parse_shard(shard), adapter=adapter, adapter_options=adapter_options,
+        certify_tv=certify_tv, shard=parse_shard(shard), adapter=adapter, adapter_options=adapter_options,
+        device=device,
     )
 
 
@@ -698,14 +706,16 @@ def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None,
 @main.command()
 @click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME|PATH",
               help="Scenarios to calibrate on; repeatable. Default: the default suite.")
-@click.option("--seeds", type=_Count(1, 10**6, "100"), default=100, show_default=True,
-              help="Seeded null runs of the reference verifier.")
+@click.option("--seeds", type=_Count(1, 10**6, "100"), default=20, show_default=True,
+              help="Seeded null runs of the reference verifier (the wiring; power comes from --draws).")
+@click.option("--draws", type=_Count(0, 10**7, "5000"), default=5_000, show_default=True,
+              help="Exact-null draws per (scenario, check) judged in the tail (0: skip).")
 @click.option("--samples", type=_SAMPLES, default=20_000, show_default=True, help="Sequences per scenario and run.")
 @click.option("--alpha", type=_LEVEL, default=1e-3, show_default=True, help="Family-wise level of every run.")
 @click.option("--no-mutants", is_flag=True, help="Calibration only; skip the zoo.")
 @_quiet
 @_verbose
-def selftest(scenario_names: tuple[str, ...], seeds: int, samples: int, alpha: float, no_mutants: bool,
+def selftest(scenario_names: tuple[str, ...], seeds: int, draws: int, samples: int, alpha: float, no_mutants: bool,
              quiet: int, verbose: int) -> None:
     """Test the tester: p-value uniformity and false alarms under the null; the zoo must be caught."""
     from specaudit.engine import selftest as st
@@ -719,7 +729,7 @@ def selftest(scenario_names: tuple[str, ...], seeds: int, samples: int, alpha: f
             err.print(f"selftest: {stage} {done}/{total}", highlight=False)
 
     result = st.selftest(loaded, seeds=seeds, samples=samples, alpha=alpha,
-                         mutants=not no_mutants, progress=tick)
+                         mutants=not no_mutants, progress=tick, draws=draws)
     render_selftest(result, _console(), verbose - quiet)
     sys.exit(int(result.exit_code()))
 

@@ -16,6 +16,8 @@ class ExitCode(enum.IntEnum):
     INTERNAL_ERROR = 3
     USAGE_ERROR = 4
     NO_SCENARIOS = 5
+    #: ``run --certify-tv EPS``: every check passed, but the TV bound stayed above EPS at the sample cap.
+    NOT_CERTIFIED = 6
 
 
 class SpecauditError(Exception):

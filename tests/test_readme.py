@@ -60,17 +60,22 @@ SMALLER: dict[str, dict[str, str]] = {
     "specaudit run mypkg.spec:verify --early-stop": {"--samples": "30000"},
     "specaudit run mypkg.spec:verify --seed 1 --shard 0/2 --json s0.json": {"--samples": "30000"},
     "specaudit run mypkg.spec:verify --seed 1 --shard 1/2 --json s1.json": {"--samples": "30000"},
+    # --samples is the cap of --certify-tv: this is the cap the README line gets on its own (4x the plan for
+    # markov-v4 at 0.005); it certifies at 960,000 sequences (about 3 s of CPU on the 2-core machine, 2026-12-01)
+    "specaudit run specaudit.reference:verify -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
     # V = 32,768 at 20,000 sequences: minutes (83 s of CPU at 15,000 on the 2-core machine, 2026-12-01)
     "specaudit run mypkg.spec:verify -s zipf-v32k --max-memory 2": {"--samples": "1000"},
+    # V = 128,256 at 20,000 sequences: minutes (benchmarks/scale.py's gate); 200 runs the same code
+    "specaudit run mypkg.spec:verify -s llama3-v128k -s llama3-v128k-sparse": {"--samples": "200"},
     # the default suite through torch tensors: 26 s of CPU at 15,000 (2-core machine, 2026-12-01)
     "specaudit run specaudit.adapters.torch_reference:verify --adapter torch --dtype float32": {"--samples": "3000"},
     # HF's _speculative_sampling is batch-1 (under 3,000 sequences/s; 42 s of CPU for the suite at 2,000
     # on the 2-core machine, 2026-12-01): 500 per scenario. Both exit 1 at any size (exact probes: r <= p/q)
     "specaudit run hf-transformers": {"--samples": "500"},
     "specaudit run hf-transformers --adapter-arg assistant_ensemble_weight=0.5": {"--samples": "500"},
-    # about 6 minutes in full (200 seeds x the default suite, then the zoo); 10 seeds is its minimum,
-    # 7 s of CPU here. (At --samples 3000 it exits 1: 2 of 30 null p-values <= alpha, 2026-12-01.)
-    "specaudit selftest --seeds 200": {"--seeds": "10", "-s": "markov-v4"},
+    # the default suite with 20 seeds, the law stage and the zoo in full (README); 10 seeds of markov-v4
+    # here, with the law stage at its default size (markov-v4 + the per-prefix/PIT coverage scenario)
+    "specaudit selftest": {"--seeds": "10", "-s": "markov-v4"},
 }
 
 # Lines too heavy for every CI run: each runs alone, in its own project folder, under -m slow.

@@ -4,6 +4,9 @@ The target is called as ``verify(draft, q, p, num_draft, generator)`` with torch
 ``device`` (``draft``/``num_draft`` int64, ``q``/``p`` in ``dtype``) and a ``torch.Generator``
 on that device seeded from the harness rng on every call (so a run is reproducible from its
 seed); it returns ``(out, n_out)`` as tensors (or arrays), which are checked like any verifier's.
+The verifier built here also offers the tensor contract (:mod:`specaudit.contract.tensors`): with
+``--device`` (or ``device=cuda``) a run makes q and p on that device and calls the target without
+any host copy (:mod:`specaudit.simulate.device`).
 The call runs under :func:`specaudit.adapters.randomness.routed`: torch's global generator, numpy's
 legacy global RNG and Python's ``random`` are seeded from the run's rng too, and under a scripted rng
 every such draw is scripted instead (a draw from the explicit generator is then named as a bypass,
@@ -19,6 +22,7 @@ import numpy as np
 
 from specaudit.adapters import DEVICE, DTYPE, Adapter
 from specaudit.adapters.randomness import routed, watched
+from specaudit.contract import tensors
 from specaudit.errors import UsageError
 
 #: Attribute of a canonical verifier whose target takes p as logits and softmaxes them itself in float32
@@ -74,20 +78,23 @@ def build(target: Callable[..., Any], device: str = "cpu", dtype: str = "float64
     check_device(device)
     fdt = torch_dtype(dtype)
 
-    def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
+    def on_device(draft: Any, q: Any, p: Any, num_draft: Any, rng: Any) -> Any:
+        """Call ``target`` on tensors already on ``device`` (the tensor contract); return what it returns."""
         with torch.inference_mode(), routed(rng, device) as seed:
             generator = torch.Generator(device=device)
             generator.manual_seed(seed)
             with watched(rng, generator):  # scripted: a draw from it bypassed the script (compiled code)
-                result = target(
-                    to_torch(draft, device), to_torch(q, device, fdt), to_torch(p, device, fdt),
-                    to_torch(num_draft, device), generator,
-                )
+                return target(draft, q, p, num_draft, generator)
+
+    def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
+        result = on_device(to_torch(draft, device), to_torch(q, device, fdt), to_torch(p, device, fdt),
+                           to_torch(num_draft, device), rng)
         if isinstance(result, (tuple, list)) and len(result) == 2:
             return to_numpy(result[0]), to_numpy(result[1])
         return result
 
-    return verify
+    # the device path (specaudit.simulate.device) makes q and p on `device` and calls on_device directly
+    return tensors.mark(verify, on_device, device, dtype)
 
 
 ADAPTER = Adapter(

@@ -223,6 +223,8 @@ def _annotate_one(result: Any, spec: Scenario, alpha: float, tests: int, law_sam
     joint = result.check("joint-law") if result.error is None else None
     if joint is None or not joint.data.get("n"):
         return result
+    if getattr(spec, "mix", None) is not None:  # a batch mix: the mutant laws are one chain's, its cells (class, sequence)
+        return result
     n = int(joint.data["n"])
     sp = scenario_power(
         spec, n, alpha / tests, family_alpha=alpha, tests=tests, target_power=target_power, law_samples=law_samples

@@ -1,4 +1,4 @@
-"""Reference sampling processing: temperature -> top-k -> top-p -> min-p, in float64.
+"""Reference sampling processing: mask, bias, penalties -> temperature -> top-k -> top-p -> min-p, in float64.
 
 Speculative decoding is lossless relative to the *processed* target: the same temperature,
 top-k, top-p and min-p must shape the target at every draft position, the residual, the bonus
@@ -8,6 +8,21 @@ from (notes/theory.md, "Sampling parameters"). This module is the one definition
 
 Order and rules (documented, applied to each row of logits ``z``):
 
+0. **allowed-token mask, logit bias, penalties** (serving parameters; off by default), on the raw
+   logits, in vLLM v1's order (``vllm/v1/sample/sampler.py``, ``Sampler``: allowed token ids,
+   then the non-argmax-invariant processors such as logit bias, then
+   ``vllm/v1/sample/ops/penalties.py`` ``apply_all_penalties``, all before greedy sampling and
+   temperature): tokens outside ``allowed_tokens`` get ``-inf``; ``logit_bias`` adds to its
+   tokens; with ``counts`` (how often each token occurs in the request's history) the repetition
+   penalty ``r`` divides a positive logit by ``r`` and multiplies a negative one by ``r`` for
+   every token seen, the frequency penalty subtracts ``f * count`` and the presence penalty
+   ``pres * [count > 0]``. Under speculative decoding the history at verification position
+   ``j`` is the generated prefix plus drafts ``0..j-1`` (vLLM #18902; ``vllm/v1/sample/
+   rejection_sampler.py`` applies the penalties to the target logits of every draft position
+   with the drafts before it in the history). Temperature divides after these, so additive
+   penalties and bias are in raw-logit units, and a greedy row is the argmax of the penalised,
+   biased, masked logits. The repetition penalty and the mask commute with temperature; the
+   additive ones do not, which is why the order is fixed here.
 1. **temperature** ``T``: ``z / T``. ``T = 0`` is greedy: a one-hot law at the argmax of the
    raw logits, ties to the first index (every later filter keeps the argmax, so it is the
    argmax of the processed law too).
@@ -20,6 +35,10 @@ Order and rules (documented, applied to each row of logits ``z``):
    counts as reached whatever the float rounding.
 4. **min-p** ``m`` (0 = off): keep tokens with probability ``>= m * max`` probability. Every
    earlier filter keeps the argmax, so the ratio to the max is the tempered softmax's.
+
+Steps 1-4 follow HF transformers' warpers (top-k, top-p, min-p in that order); vLLM v1 applies
+min-p before top-k / top-p (``Sampler.sample``), which differs only when min-p is combined with
+top-k or top-p in one request.
 
 The result is renormalised after each filter. Everything is computed in float64 unless a
 dtype is asked for (the float32 path exists to model engines that process in float32).
@@ -35,7 +54,7 @@ import numpy as np
 
 from specaudit.errors import UsageError
 
-__all__ = ["TOP_P_ROUNDING", "SamplingParams", "process", "softmax"]
+__all__ = ["TOP_P_ROUNDING", "SamplingParams", "process", "process_rows", "softmax"]
 
 #: Absolute slack on top-p's cumulative mass comparison (float64 sums of a few terms).
 TOP_P_ROUNDING = 1e-12
@@ -43,17 +62,40 @@ TOP_P_ROUNDING = 1e-12
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Sampling processing of one model: temperature, top-k, top-p, min-p.
+    """Sampling processing of one model: temperature, top-k, top-p, min-p, and the serving parameters.
 
-    The defaults (1, 0, 1, 0) are the identity: the softmax of the logits.
+    The defaults (1, 0, 1, 0; no penalty, bias or mask) are the identity: the softmax of the
+    logits. ``repetition_penalty`` (1 = off, > 0), ``frequency_penalty`` and ``presence_penalty``
+    (0 = off) depend on the request's history (:func:`process`'s ``counts``);
+    ``logit_bias`` is ``((token, bias), ...)``; ``allowed_tokens`` (None = all) is the
+    structured-output mask.
     """
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_tokens: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        r, f, pres = self.repetition_penalty, self.frequency_penalty, self.presence_penalty
+        if not (isinstance(r, (int, float)) and math.isfinite(r) and r > 0):
+            raise UsageError(f"repetition_penalty = {r!r}; allowed: a finite number > 0 (1 = off)")
+        for name, value in (("frequency_penalty", f), ("presence_penalty", pres)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise UsageError(f"{name} = {value!r}; allowed: a finite number (0 = off)")
+        for pair in self.logit_bias:
+            if not (len(pair) == 2 and isinstance(pair[0], (int, np.integer)) and pair[0] >= 0
+                    and isinstance(pair[1], (int, float)) and math.isfinite(pair[1])):
+                raise UsageError(f"logit_bias entry {pair!r}; allowed: (token >= 0, finite bias)")
+        if self.allowed_tokens is not None and (
+            not self.allowed_tokens or any(not isinstance(x, (int, np.integer)) or x < 0 for x in self.allowed_tokens)
+        ):
+            raise UsageError(f"allowed_tokens = {self.allowed_tokens!r}; allowed: None (all) or token ids >= 0, at least one")
         t, k, p, m = self.temperature, self.top_k, self.top_p, self.min_p
         if not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
             raise UsageError(f"temperature = {t!r}; allowed: a finite number >= 0 (0 = greedy)")
@@ -74,13 +116,31 @@ class SamplingParams:
         """Return True when processing is the plain softmax."""
         return self == SamplingParams()
 
+    @property
+    def penalised(self) -> bool:
+        """Return True when the law depends on the request's history (a penalty is on)."""
+        return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
+
     def as_dict(self) -> dict[str, Any]:
-        """Return the parameters as a JSON-able dict."""
-        return asdict(self)
+        """Return the parameters as a JSON-able dict (serving parameters only when set)."""
+        out = asdict(self)
+        for name in _SERVING:
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
+        if "logit_bias" in out:
+            out["logit_bias"] = [list(pair) for pair in self.logit_bias]
+        if "allowed_tokens" in out:
+            out["allowed_tokens"] = list(self.allowed_tokens or ())
+        return out
 
     def replace(self, **changes: Any) -> SamplingParams:
         """Return a copy with ``changes`` applied."""
         return SamplingParams(**{**asdict(self), **changes})
+
+
+#: The serving parameters (penalties, bias, mask): left out of ``as_dict`` at their defaults.
+_SERVING = ("repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "allowed_tokens")
+_DEFAULTS = asdict(SamplingParams())
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -95,7 +155,35 @@ def _renormalise(probs: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return kept / kept.sum(axis=-1, keepdims=True)
 
 
-def process(logits: np.ndarray, params: SamplingParams, dtype: Any = np.float64) -> np.ndarray:
+def _serving(z: np.ndarray, params: SamplingParams, counts: np.ndarray | None) -> np.ndarray:
+    """Apply the mask, the bias and the penalties (step 0 of the module docstring) to raw logits ``z``."""
+    ftype = z.dtype.type
+    v = z.shape[-1]
+    if params.allowed_tokens is not None:
+        allowed = np.zeros(v, dtype=bool)
+        allowed[[t for t in params.allowed_tokens if t < v]] = True
+        z = np.where(allowed, z, -np.inf).astype(z.dtype)
+    for token, bias in params.logit_bias:
+        if token < v:
+            z[..., token] += ftype(bias)
+    if params.penalised and counts is not None:
+        c = np.broadcast_to(np.asarray(counts), z.shape)
+        seen = c > 0
+        if params.repetition_penalty != 1:
+            r = ftype(params.repetition_penalty)
+            z = np.where(seen, np.where(z > 0, z / r, z * r), z)
+        if params.frequency_penalty != 0:
+            z = z - ftype(params.frequency_penalty) * c.astype(z.dtype)
+        if params.presence_penalty != 0:
+            z = z - ftype(params.presence_penalty) * seen.astype(z.dtype)
+    if not np.all(np.max(z, axis=-1) > -np.inf):
+        raise UsageError("allowed_tokens: a row has no allowed token of finite logit; allowed: a mask that keeps one")
+    return z
+
+
+def process(
+    logits: np.ndarray, params: SamplingParams, dtype: Any = np.float64, counts: np.ndarray | None = None
+) -> np.ndarray:
     """Return the processed next-token laws of ``logits`` under ``params``.
 
     Parameters
@@ -107,6 +195,9 @@ def process(logits: np.ndarray, params: SamplingParams, dtype: Any = np.float64)
         Temperature, top-k, top-p, min-p, applied in that order (module docstring).
     dtype : numpy dtype, optional
         Arithmetic precision; float64 by default (references are float64).
+    counts : array_like, optional
+        Shape broadcastable to ``logits``: how often each token occurs in the request's history
+        (the penalties' input; None = an empty history).
 
     Returns
     -------
@@ -132,6 +223,9 @@ def process(logits: np.ndarray, params: SamplingParams, dtype: Any = np.float64)
     if not (np.all(z < np.inf) and np.all(top > -np.inf)):  # NaN compares false: caught here too
         raise UsageError("logits: every row needs a finite entry and no NaN or +inf")
     v = z.shape[-1]
+    if params.allowed_tokens is not None or params.logit_bias or params.penalised:
+        z = _serving(z, params, counts)
+        top = np.max(z, axis=-1, keepdims=True)
     if params.greedy:
         hot = np.zeros_like(z)
         np.put_along_axis(hot, np.argmax(z, axis=-1)[..., None], 1, axis=-1)
@@ -153,3 +247,22 @@ def process(logits: np.ndarray, params: SamplingParams, dtype: Any = np.float64)
     if params.min_p > 0:
         probs = _renormalise(probs, probs >= ftype(params.min_p) * probs.max(axis=-1, keepdims=True))
     return probs
+
+
+def process_rows(
+    logits: np.ndarray, params: list[SamplingParams], counts: np.ndarray | None = None, dtype: Any = np.float64
+) -> np.ndarray:
+    """Return :func:`process` of each row ``logits[b]`` under its own ``params[b]`` (a batch of requests).
+
+    ``logits`` is ``[B, ..., V]``, ``counts`` None or of the same shape. Rows with equal
+    parameters are processed together (a batch holds few distinct requests' settings).
+    """
+    logits = np.asarray(logits)
+    out = np.empty(logits.shape, dtype=np.dtype(dtype))
+    groups: dict[SamplingParams, list[int]] = {}
+    for b, row in enumerate(params):
+        groups.setdefault(row, []).append(b)
+    for row, members in groups.items():
+        idx = np.asarray(members, dtype=np.int64)
+        out[idx] = process(logits[idx], row, dtype, None if counts is None else counts[idx])
+    return out

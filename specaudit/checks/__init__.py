@@ -3,11 +3,12 @@
 Every check specaudit runs is registered once, in :data:`CHECKS`, in run order: first the
 statistical checks, which read a scenario's measurements (:class:`~specaudit.checks.statistical.Measured`)
 and return a raw p-value (joint law, tokens per step, accepted-count law, greedy equality,
-processing diagnosis, per-prefix, PIT), then the exact probes of ``mode: exact`` scenarios
+a batch mix's greedy rows, processing diagnosis, per-prefix, PIT), then the exact probes of ``mode: exact`` scenarios
 (:mod:`specaudit.checks.probes`: corners, determinism, padding, adversarial uniforms, inputs,
 contract clauses), then the tree probes every ``algorithm: tree`` scenario runs
 (:mod:`specaudit.checks.tree_probes`), then the bad-row probe of exact scenarios tagged ``bad-rows``
-(:mod:`specaudit.checks.bad_rows`: NaN / inf / all-zero rows). :func:`evaluate` runs the applicable statistical checks on one scenario's
+(:mod:`specaudit.checks.bad_rows`: NaN / inf / all-zero rows), then the per-request seed probe of
+simulated scenarios tagged ``seeded`` (:mod:`specaudit.checks.seeded`). :func:`evaluate` runs the applicable statistical checks on one scenario's
 measurements; :func:`specaudit.checks.probes.run_exact` runs the probes. Each :class:`Check`
 entry says its category and whether it gates the verdict, so a parametrised test can demand a
 positive and a negative control of every gating check (``tests/checks/test_controls.py``).
@@ -20,7 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specaudit.checks import bad_rows, greedy, pit, prefix, probes, processing, statistical, tree_probes
+from specaudit.checks import (
+    bad_rows,
+    greedy,
+    pit,
+    prefix,
+    probes,
+    processing,
+    seeded,
+    serving,
+    statistical,
+    tree_probes,
+)
 from specaudit.checks.statistical import Measured
 from specaudit.registry import Registry
 from specaudit.results import Category, CheckResult
@@ -35,14 +47,15 @@ class Check:
     ``kind`` is ``statistical`` (``func(measured) -> CheckResult | None``, None: does not apply),
     ``probe`` (``func(prober) -> CheckResult | list[CheckResult]``) or ``tree-probe`` (the same on
     a :class:`~specaudit.checks.tree_probes.TreeProber`, tree scenarios only) or ``bad-rows-probe`` (a
-    probe of exact scenarios tagged ``bad-rows`` only, :mod:`specaudit.checks.bad_rows`). ``gate`` is False for a
+    probe of exact scenarios tagged ``bad-rows`` only, :mod:`specaudit.checks.bad_rows`) or
+    ``seeded-probe`` (simulated scenarios tagged ``seeded`` only, :mod:`specaudit.checks.seeded`). ``gate`` is False for a
     check that only explains (the processing diagnosis); ``also`` lists further result names the
     same function emits (the one-hot corner also reports its accepted-count run).
     """
 
     name: str
     category: Category
-    kind: Literal["statistical", "probe", "tree-probe", "bad-rows-probe"]
+    kind: Literal["statistical", "probe", "tree-probe", "bad-rows-probe", "seeded-probe"]
     func: Callable[[Any], Any]
     gate: bool = True
     also: tuple[str, ...] = ()
@@ -62,6 +75,7 @@ for _check in (
     Check("tokens-per-step", _EFF, "statistical", statistical.tokens_per_step),
     Check("accept-length", _EFF, "statistical", statistical.accept_length),
     Check("greedy-equality", _DIST, "statistical", greedy.greedy_equality),  # exact, greedy mode only
+    Check("greedy-rows", _DIST, "statistical", serving.greedy_rows),  # exact, a batch mix's temperature-0 classes
     Check("processing", _DIST, "statistical", processing.processing, gate=False),  # which processed quantity diverges
     Check("per-prefix", _DIST, "statistical", prefix.per_prefix),  # large V / L: chain-rule tests
     Check("pit", _DIST, "statistical", pit.pit),  # large V / L: randomised PIT omnibus
@@ -73,6 +87,8 @@ for _name, _category, _tree_probe in tree_probes.TREE_CHECKS:
     CHECKS.register(_name, Check(_name, _category, "tree-probe", _tree_probe, also=tree_probes.ALSO_EMITS.get(_name, ())))
 for _name, _category, _bad_rows_probe in bad_rows.BAD_ROW_CHECKS:
     CHECKS.register(_name, Check(_name, _category, "bad-rows-probe", _bad_rows_probe))
+for _name, _category, _seeded_probe in seeded.SEEDED_CHECKS:
+    CHECKS.register(_name, Check(_name, _category, "seeded-probe", _seeded_probe))
 
 
 def statistical_checks() -> list[Check]:

@@ -18,6 +18,7 @@ from typing import cast
 import numpy as np
 
 from specaudit.chains.logits import LogitsChain
+from specaudit.chains.serving import HistoryChain
 from specaudit.checks.statistical import Measured
 from specaudit.laws.processing import HYPOTHESES, Hypothesis, Quantities, output_law
 from specaudit.results import Category, CheckResult, Status
@@ -105,7 +106,11 @@ def processing(m: Measured) -> CheckResult | None:
         return None
     if sc.target.kind != "logits" or sc.draft.kind not in ("logits", "same_logits_as_target"):
         return None
+    if getattr(sc, "mix", None) is not None:  # a batch mix: per-class laws (the joint-law check names the class)
+        return None
     target, draft = cast("tuple[LogitsChain, LogitsChain]", sc.chains())  # logits kinds: checked above
+    if isinstance(target, HistoryChain):  # penalties: the hypotheses' laws below ignore the history
+        return None
     if target.params.identity and draft.params.identity:
         return None
     work = sc.joint_cells * target.n_states * draft.n_states * (sc.k + 1) ** 2

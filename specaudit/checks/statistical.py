@@ -52,6 +52,11 @@ class Measured:
         """Return the exact finite-horizon round law of the scenario's algorithm (chain, block, tree)."""
         return laws.horizon(self.scenario, self.target, self.draft)
 
+    @cached_property
+    def joint_probs(self) -> np.ndarray:
+        """Return the target's exact law of whole sequences (``vocab ** length`` cells; joint scenarios only)."""
+        return exact.joint_probabilities(self.target, self.scenario.length)
+
 
 #: Appended to the summary of a count check with one possible group: no p-value, no place in Holm's family.
 NOTHING_TO_TEST = "; one possible outcome group: nothing to test beyond impossible outcomes (none seen)"
@@ -73,18 +78,20 @@ def _fit_result(name: str, category: Category, fit: stats.GoodnessOfFit, summary
     return CheckResult(name, category, Status.PENDING, summary, fit.statistic, fit.pvalue, fit.df, data=data)
 
 
-def _cell_label(index: int, vocab: int, length: int) -> list[int]:
-    return [int(x) for x in np.unravel_index(index, (vocab,) * length)]
+def _cell_label(index: int, vocab: int, length: int, classes: int = 1) -> list[int]:
+    """Return a cell's tokens (a batch mix: its request class, then the tokens)."""
+    shape = (vocab,) * length if classes == 1 else (classes, *(vocab,) * length)
+    return [int(x) for x in np.unravel_index(index, shape)]
 
 
-def _deviations(observed: np.ndarray, expected: np.ndarray, vocab: int, length: int) -> list[dict]:
+def _deviations(observed: np.ndarray, expected: np.ndarray, vocab: int, length: int, classes: int = 1) -> list[dict]:
     """Return the cells with the largest standardised residuals (obs - exp) / sqrt(exp)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         resid = np.where(expected > 0, (observed - expected) / np.sqrt(expected), np.where(observed > 0, np.inf, 0.0))
     top = np.argsort(-np.abs(resid), kind="stable")[:TOP_CELLS]
     return [
         {
-            "cell": _cell_label(int(i), vocab, length),
+            "cell": _cell_label(int(i), vocab, length, classes),
             "observed": int(observed[i]),
             "expected": float(expected[i]),
             "residual": float(resid[i]),
@@ -99,7 +106,7 @@ def joint_law(m: Measured) -> CheckResult | None:
     if m.joint is None:
         return None
     sc = m.scenario
-    probs = exact.joint_probabilities(m.target, sc.length)
+    probs = m.joint_probs
     fit = stats.goodness_of_fit(m.joint.counts, probs, method=m.method)
     expected = probs * fit.n
     data = {
@@ -111,16 +118,36 @@ def joint_law(m: Measured) -> CheckResult | None:
         "tv": fit.tv,
         "tv_null": fit.tv_null,
         "effect_size": fit.effect_size(),
-        "top_cells": _deviations(m.joint.counts, expected, sc.vocab, sc.length),
+        "top_cells": _deviations(m.joint.counts, expected, sc.vocab, sc.length, probs.size // sc.vocab**sc.length),
     }
+    per_class = _per_class(m, probs)
+    if per_class:  # a batch mix: (class, sequence) cells; the distance of each class's law, for the report
+        data["classes"] = per_class
     if probs.size <= STORE_CELLS:
         data["observed"] = m.joint.counts.tolist()
         data["expected"] = expected.tolist()
     name = "X^2" if fit.method == "pearson" else "G^2"
     summary = f"{name} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f} (null ~{fit.tv_null:.4f})"
+    if per_class:
+        summary += "; per class TV " + ", ".join(f"{c['name']} {c['tv']:.4f}" for c in per_class)
     if fit.impossible:
         summary = f"{fit.impossible} sequences of target probability 0 were emitted; " + summary
     return _fit_result("joint-law", Category.DISTRIBUTION, fit, summary, data)
+
+
+def _per_class(m: Measured, probs: np.ndarray) -> list[dict]:
+    """Return each request class's name, sequence count and TV distance to its own law (a batch mix only)."""
+    names = getattr(m.target, "names", None)
+    if names is None or m.joint is None:
+        return []
+    counts = m.joint.counts.reshape(len(names), -1)
+    law = probs.reshape(len(names), -1)
+    out = []
+    for name, c, p in zip(names, counts, law):
+        n = int(c.sum())
+        tv = 0.5 * float(np.abs(c / n - p / p.sum()).sum()) if n else 0.0
+        out.append({"name": name, "n": n, "tv": tv})
+    return out
 
 
 def tokens_per_step(m: Measured) -> CheckResult | None:
@@ -190,3 +217,8 @@ def accept_length(m: Measured) -> CheckResult | None:
 def wants_joint(scenario: Scenario) -> bool:
     """Return True when the joint law is small enough to enumerate (else per-prefix and PIT run)."""
     return scenario.joint_cells <= MAX_JOINT_CELLS and not getattr(scenario, "lazy", False)
+
+
+def has_joint_law(scenario: Scenario) -> bool:
+    """Return True when a run counts the scenario's whole sequences against its exact joint law (a sampled scenario)."""
+    return scenario.mode == "sample" and wants_joint(scenario)

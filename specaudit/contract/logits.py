@@ -20,6 +20,22 @@ the probs contract the verifier is handed the processed laws, under the logits c
 raw logits and the parameters (probability chains become logits ``log p`` with identity
 processing). :func:`prepare` is the one place that makes this choice.
 
+Per-request sampling (serving)
+------------------------------
+An engine batches requests with their own parameters and history (vLLM ``SamplingMetadata``:
+per-row temperature, top-k, top-p, min-p, penalties, logit bias, allowed-token mask, and the
+output token ids). On a scenario with a batch mix or a penalised target
+(:mod:`specaudit.chains.serving`) ``params.rows`` is a tuple of :class:`RowParams`, one per row
+in batch order: the row's target and drafter :class:`~specaudit.chains.processing.SamplingParams`
+and ``output``, the tokens the request generated before draft 0. Row ``b``'s drafts were sampled
+from ``process(draft_logits[b], rows[b].draft, counts)`` and its output must follow
+``process(target_logits[b, j], rows[b].target, counts_j)`` where ``counts_j`` counts ``output``
+plus drafts ``0..j-1`` (the history at verification position ``j``: vLLM #18902).
+:func:`processed` is that reference processing of a whole batch. ``params.target`` and
+``params.draft`` then hold row 0's parameters: a verifier that reads only them applies row 0's
+processing to every row (the zoo's ``batch_params_row0``) and fails the serving scenarios.
+Elsewhere ``rows`` is None and the parameters are batch-wide, as before.
+
 The chains themselves (:class:`~specaudit.chains.logits.LogitsChain`) live in
 :mod:`specaudit.chains.logits` and the reference verifier of this contract in
 :mod:`specaudit.verifiers.logits` (``reference-logits``): a contract says what a verifier must do
@@ -28,14 +44,15 @@ and imports no verifier.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from specaudit.chains.logits import LogitsChain, params_of
-from specaudit.chains.processing import SamplingParams
+from specaudit.chains.processing import SamplingParams, process, process_rows
+from specaudit.chains.serving import HistoryChain, MixedChain
 from specaudit.chains.tabular import TabularChain
 from specaudit.errors import UsageError, closest
 
@@ -43,10 +60,14 @@ __all__ = [
     "CONTRACTS",
     "LogitsParams",
     "LogitsVerifier",
+    "RowParams",
+    "Rows",
     "as_canonical",
     "bind",
     "check_arity",
+    "history_counts",
     "prepare",
+    "processed",
     "view",
 ]
 
@@ -55,15 +76,95 @@ CONTRACTS = ("probs", "logits")
 
 
 @dataclass(frozen=True)
+class RowParams:
+    """One request of the batch: its target and drafter processing and the tokens it generated so far."""
+
+    target: SamplingParams
+    draft: SamplingParams
+    output: tuple[int, ...] = ()  # the history before draft 0 (the penalties read it, then the drafts)
+
+
+@dataclass(frozen=True)
 class LogitsParams:
-    """Sampling processing of the target and of the drafter, handed to a logits verifier."""
+    """Sampling processing of the target and of the drafter, handed to a logits verifier.
+
+    ``rows`` (serving scenarios): one :class:`RowParams` per batch row; ``target`` and ``draft``
+    are then row 0's. None: ``target`` and ``draft`` hold for every row, with an empty history.
+    """
 
     target: SamplingParams = field(default_factory=SamplingParams)
     draft: SamplingParams = field(default_factory=SamplingParams)
+    rows: tuple[RowParams, ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """Return ``{"target": {...}, "draft": {...}}``."""
-        return {"target": self.target.as_dict(), "draft": self.draft.as_dict()}
+        """Return ``{"target": {...}, "draft": {...}}`` (and ``"rows"``, their count, when per row)."""
+        out: dict[str, Any] = {"target": self.target.as_dict(), "draft": self.draft.as_dict()}
+        if self.rows is not None:
+            out["rows"] = len(self.rows)
+        return out
+
+    def row_params(self, batch: int) -> tuple[RowParams, ...]:
+        """Return the parameters of every row: ``rows``, else the batch-wide ones with an empty history."""
+        if self.rows is not None:
+            if len(self.rows) != batch:
+                raise ValueError(f"params.rows holds {len(self.rows)} rows; the batch has {batch}")
+            return self.rows
+        return (RowParams(self.target, self.draft),) * batch
+
+
+class Rows(NamedTuple):
+    """What a simulation hands a per-row bound verifier each call: each row's class and history."""
+
+    classes: np.ndarray  # [B] int64: the request class of every row (0 without a mix)
+    history: np.ndarray  # [B, H] int64: tokens generated so far, row b's first lengths[b] of them
+    lengths: np.ndarray  # [B] int64
+
+
+def history_counts(
+    params: LogitsParams, draft: np.ndarray, num_draft: np.ndarray, vocab: int, drafts: bool = True
+) -> np.ndarray:
+    """Return ``counts[B, K+1, V]``: how often each token occurs in row b's history at position j.
+
+    The history at verification position ``j`` is the row's ``output`` plus its drafts
+    ``0..j-1`` (only valid drafts, ``j <= num_draft``); ``drafts=False`` leaves the drafts out
+    (vLLM #18902, the bug).
+    """
+    draft = np.asarray(draft, dtype=np.int64)
+    batch, k = draft.shape
+    rows = params.row_params(batch)
+    base = np.zeros((batch, vocab), dtype=np.int64)
+    for b, row in enumerate(rows):
+        if row.output:
+            np.add.at(base[b], np.asarray(row.output, dtype=np.int64), 1)
+    counts = np.repeat(base[:, None, :], k + 1, axis=1)
+    if drafts and k:
+        valid = np.arange(k)[None, :] < np.asarray(num_draft, dtype=np.int64)[:, None]
+        hot = np.zeros((batch, k, vocab), dtype=np.int64)
+        b_idx, j_idx = np.nonzero(valid)
+        hot[b_idx, j_idx, draft[b_idx, j_idx]] = 1
+        counts[:, 1:] += np.cumsum(hot, axis=1)
+    return counts
+
+
+def processed(
+    params: LogitsParams, draft: np.ndarray, num_draft: np.ndarray, draft_logits: np.ndarray, target_logits: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the reference ``(q, p)`` of a batch: every row processed with its own parameters and history.
+
+    ``q[b] = process(draft_logits[b], rows[b].draft)``, ``p[b, j] = process(target_logits[b, j],
+    rows[b].target, counts_j)`` with the history counts of :func:`history_counts` (output plus
+    drafts ``0..j-1``). Batch-wide parameters (``rows`` None) process every row alike.
+    """
+    if params.rows is None:
+        return process(draft_logits, params.draft), process(target_logits, params.target)
+    rows = params.row_params(len(num_draft))
+    counts = None
+    if any(r.target.penalised or r.draft.penalised for r in rows):
+        counts = history_counts(params, draft, num_draft, target_logits.shape[-1])
+    k = draft_logits.shape[1]
+    q = process_rows(draft_logits, [r.draft for r in rows], None if counts is None else counts[:, :k])
+    p = process_rows(target_logits, [r.target for r in rows], counts)
+    return q, p
 
 
 class LogitsVerifier(Protocol):
@@ -83,6 +184,8 @@ class LogitsVerifier(Protocol):
 def view(chain: TabularChain, contract: str) -> TabularChain:
     """Return ``chain`` with the payload form of ``contract`` (same law, same states)."""
     _check_contract(contract)
+    if isinstance(chain, MixedChain):  # each class in the contract's form, the union rebuilt
+        return chain.with_classes(tuple(view(c, contract) for c in chain.classes))
     if contract == "probs":
         # the verifier gets the processed law, as engines hand draft_probs / target_probs
         return TabularChain(chain.dist, chain.nxt, chain.start) if isinstance(chain, LogitsChain) else chain
@@ -92,17 +195,34 @@ def view(chain: TabularChain, contract: str) -> TabularChain:
         return LogitsChain(chain.dist, chain.nxt, chain.start, np.log(chain.dist), SamplingParams())
 
 
-def bind(verify_logits: Callable[..., Any], params: LogitsParams) -> Callable[..., Any]:
+def bind(
+    verify_logits: Callable[..., Any], params: LogitsParams, classes: Sequence[LogitsParams] | None = None
+) -> Callable[..., Any]:
     """Return a canonical-contract callable that hands ``verify_logits`` its ``params``.
 
     The canonical ``q`` and ``p`` slots carry the draft and target logits (the chains' payload).
+    With ``classes`` (the per-class parameters of a serving scenario) the callable is marked
+    ``wants_rows``: the simulator adds a sixth argument, :class:`Rows`, and the verifier gets
+    ``params.rows`` built from each row's class and history (a call without it gets ``params``).
     """
 
-    def call(draft, draft_logits, target_logits, num_draft, rng):
-        return verify_logits(draft, draft_logits, target_logits, num_draft, params, rng)
+    def call(draft, draft_logits, target_logits, num_draft, rng, rows: Rows | None = None):
+        given = params if rows is None or classes is None else _per_row(rows, classes)
+        return verify_logits(draft, draft_logits, target_logits, num_draft, given, rng)
 
     call.params = params  # type: ignore[attr-defined]
+    call.wants_rows = classes is not None  # type: ignore[attr-defined]
     return call
+
+
+def _per_row(rows: Rows, classes: Sequence[LogitsParams]) -> LogitsParams:
+    """Return the parameters of a batch whose row b is of class ``rows.classes[b]`` with its history."""
+    per = tuple(
+        RowParams(classes[c].target, classes[c].draft, tuple(h[:n]))
+        for c, h, n in zip(rows.classes.tolist(), rows.history.tolist(), rows.lengths.tolist())
+    )
+    first = per[0] if per else RowParams(classes[0].target, classes[0].draft)
+    return LogitsParams(first.target, first.draft, per)
 
 
 def as_canonical(verify_logits: Callable[..., Any]) -> Callable[..., Any]:
@@ -127,7 +247,11 @@ def prepare(
     _check_contract(contract)
     target, draft = view(target, contract), view(draft, contract)
     if contract == "logits":
-        verify = bind(verify, LogitsParams(params_of(target), params_of(draft)))
+        t_classes = target.classes if isinstance(target, MixedChain) else (target,)
+        d_classes = draft.classes if isinstance(draft, MixedChain) else (draft,)
+        per_class = [LogitsParams(params_of(t), params_of(d)) for t, d in zip(t_classes, d_classes)]
+        serving = isinstance(target, MixedChain) or any(isinstance(t, HistoryChain) for t in t_classes)
+        verify = bind(verify, per_class[0], per_class if serving else None)
     return verify, target, draft
 
 

@@ -35,11 +35,13 @@ def run(
     timeout: float | None = DEFAULT_TIMEOUT,
     adapter: str | None = None,
     adapter_options: Mapping[str, Any] | None = None,
+    device: str | None = None,
     jobs: int = 1,
     max_memory: int | None = None,
     suspect_level: float | None = None,
     power: bool = True,
     early_stop: bool = False,
+    certify_tv: float | None = None,
     shard: tuple[int, int] | str | None = None,
     backend: str = "local",
     address: str | None = None,
@@ -75,6 +77,9 @@ def run(
         A target alias such as ``hf-transformers`` brings its own.
     adapter_options : mapping, optional
         The adapter's options (``--adapter-arg key=value``, ``--device``, ``--dtype``).
+    device : str, optional
+        Simulate on this torch device (``"cpu"``, ``"cuda"``) and call the verifier with tensors
+        there (:mod:`specaudit.engine.device`; a torch adapter's verifier); None: on the host.
     diagnose : bool
         For every scenario that fails a check, rank the zoo mutants by how well their expected
         deviation matches (``specaudit.analysis.diagnose``) and store it in ``info["diagnosis"]``.
@@ -101,6 +106,11 @@ def run(
         Look at every scenario after 1, 2, 4, ... blocks and stop it once a check has failed
         for sure (``specaudit.stats.sequential``: alpha spending, family-wise alpha holds); p-values
         become sequential p-values. Off by default: the last look keeps only alpha/2.
+    certify_tv : float, optional
+        EPS, 0 < EPS < 1: keep sampling every scenario until its upper confidence bound on TV
+        (``ScenarioResult.tv_bound``, :mod:`specaudit.stats.certificate`) is at most EPS, a check
+        fails, or the cap (``samples``, else 4x what a lossless verifier needs) is reached;
+        ``RunResult.exit_code()`` is 6 (NOT_CERTIFIED) for a run that passed but did not certify.
     shard : (i, n) or "i/n", optional
         Run only blocks ``b = i mod n`` of every scenario and keep their additive tallies in
         each result's ``info`` for ``specaudit merge`` (no suspect re-runs: the merge decides).
@@ -119,8 +129,9 @@ def run(
     settings = RunSettings(
         alpha=alpha, seed=seed, samples=samples, method=method, gate_efficiency=gate_efficiency, contract=contract,
         timeout=timeout, max_memory=max_memory, jobs=jobs, backend=backend, address=address,
-        suspect_level=suspect_level, power=power, diagnose=diagnose, early_stop=early_stop, shard=parse_shard(shard),
-        adapter=adapter, adapter_options=adapter_options,
+        suspect_level=suspect_level, power=power, diagnose=diagnose, early_stop=early_stop,
+        certify_tv=certify_tv, shard=parse_shard(shard),
+        adapter=adapter, adapter_options=adapter_options, device=device,
     )
     if supervised:
         return execute_supervised(target, scenarios, settings, progress=progress, on_scenario=on_scenario)

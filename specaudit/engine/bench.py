@@ -20,10 +20,13 @@ from typing import Any
 import numpy as np
 
 from specaudit.chains.tabular import one_hot_of
+from specaudit.checks import seeded, serving
 from specaudit.checks import statistical as checks
 from specaudit.checks.pit import PitCounts
 from specaudit.checks.prefix import PrefixCounts
 from specaudit.contract import logits, tree
+from specaudit.contract.chain import SeededRequests, takes_row_generators
+from specaudit.contract.tensors import TensorCall
 from specaudit.simulate.blocks import block_seeds, block_sizes
 from specaudit.simulate.chain import DEFAULT_MAX_MEMORY, Plan, simulate
 from specaudit.simulate.tables import warm
@@ -103,15 +106,20 @@ class Bench:
         How ``verify`` is called (chain scenarios).
     max_memory : int, optional
         Bytes the simulator's batch may use.
+    tensors : TensorCall, optional
+        The verifier's tensor form: simulate on its device (:mod:`specaudit.simulate.device`).
     """
 
-    def __init__(self, verify: Callable[..., Any], spec: Any, contract: str = "probs", max_memory: int | None = None):
+    def __init__(self, verify: Callable[..., Any], spec: Any, contract: str = "probs", max_memory: int | None = None,
+                 tensors: TensorCall | None = None):
         self.spec = spec
         self.tree = getattr(spec, "algorithm", "chain") == "tree"
         if self.tree:  # draft trees: the tree contract (specaudit.contract.tree), either payload
             self.target, self.draft = spec.chains()
             verify = tree.prepare(verify, contract)
         else:
+            if seeded.applies(spec) and takes_row_generators(verify):  # per-request generators (checks.seeded)
+                verify = SeededRequests(verify)
             verify, self.target, self.draft = logits.prepare(verify, contract, *spec.chains())
         self.verify = verify
         self.max_memory = DEFAULT_MAX_MEMORY if max_memory is None else max_memory
@@ -119,6 +127,12 @@ class Bench:
         if not self.tree:  # tables built once here, inherited by forked workers instead of rebuilt in each
             warm(self.target, self.draft, len(spec.draft_law) - 1)
         self.greedy = not self.tree and spec.mode == "greedy"
+        self.device = None
+        # torch only when asked for (specaudit.engine.device); a batch mix draws each request's class on the numpy path
+        if tensors is not None and getattr(spec, "mix", None) is None:
+            from specaudit.simulate.device import DevicePath
+
+            self.device = DevicePath(tensors, self.target, self.draft)
         self.joint = checks.wants_joint(spec) and not self.greedy
 
     @property
@@ -133,7 +147,10 @@ class Bench:
         if self.greedy:
             tally.greedy = GreedyMatch(self.target, spec.length)
         elif self.joint:
-            tally.joint = JointCounts(spec.vocab, spec.length)
+            tally.joint = JointCounts(spec.vocab, spec.length, len(spec.mix) if spec.mix else 1)  # a mix: (class, seq)
+            greedy_rows = serving.greedy_rows_sink(self.target, spec.length)  # a mix's temperature-0 classes
+            if greedy_rows is not None:
+                tally.extra = {"greedy-rows": greedy_rows}
         else:  # too large to enumerate: chain-rule and PIT tests
             # no generator: a tally to merge into or load (its PIT draws come with the blocks)
             pit = PitCounts(self.target, spec.length, pit_rng)  # type: ignore[arg-type]
@@ -157,6 +174,9 @@ class Bench:
             tree_plan = TreePlan(spec.length, n, spec.batch, tuple(shape.widths(spec.k)), shape.children, shape.ragged)
             rounds = simulate_tree(self.verify, self.target, self.draft, tree_plan, np.random.default_rng(harness),
                                    np.random.default_rng(verifier), sinks, progress)
+        elif self.device is not None:
+            plan = Plan(spec.length, n, spec.batch, spec.draft_law)
+            rounds = self.device.simulate(plan, harness, np.random.default_rng(verifier), sinks, progress, self.max_memory)
         else:
             plan = Plan(spec.length, n, spec.batch, spec.draft_law)
             rounds = simulate(self.verify, self.target, self.draft, plan, np.random.default_rng(harness),
@@ -182,6 +202,8 @@ class Bench:
             g.first_diff[:] = d["first_diff"]
             g.examples = [list(map(int, e)) for e in d["examples"]]
             out.example_blocks = [int(b) for b in d["example_blocks"]]
+        if "greedy-rows" in out.extra:
+            out.extra["greedy-rows"].load(data["greedy-rows"])
         if "prefix" in out.extra:
             out.extra["prefix"] = PrefixCounts.from_dict(data["prefix"])
             out.extra["pit"].load(data["pit"])

@@ -22,6 +22,7 @@ from typing import Any
 from specaudit.checks import evaluate
 from specaudit.engine.bench import Bench
 from specaudit.engine.run import finish
+from specaudit.engine.scenario import tv_bound
 from specaudit.engine.settings import RunSettings, adapter_of
 from specaudit.engine.supervisor import supervised_remeasure
 from specaudit.errors import UsageError
@@ -145,7 +146,8 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
         if not spec.lazy:
             extra["tokens_per_step_exact"] = measured.horizon.tokens_per_step
         extra["merged"] = {"shards": n, "blocks": bench.blocks}
-        out.append(dataclasses.replace(base, samples=spec.samples, checks=checked, info=extra))
+        out.append(dataclasses.replace(base, samples=spec.samples, checks=checked, info=extra,
+                                       tv_bound=tv_bound(measured, settings)))
     seconds = max(d.get("seconds", 0.0) for d in docs)
     remeasure: Callable[[int, int, int], ScenarioResult] | None = None
     if rerun is not None:  # the verifier at hand: SUSPECT scenarios are re-run as `specaudit run` would

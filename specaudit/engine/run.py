@@ -25,7 +25,15 @@ from specaudit.contract import logits, tree
 from specaudit.contract.guard import catch_interrupts
 from specaudit.contract.targets import load_target
 from specaudit.engine.executors import Progress
-from specaudit.engine.scenario import Task, measure, preflight, run_scenarios, scenario_seed, unique_names
+from specaudit.engine.scenario import (
+    Task,
+    check_certifiable,
+    measure,
+    preflight,
+    run_scenarios,
+    scenario_seed,
+    unique_names,
+)
 from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings, default_suspect_level
 from specaudit.results import RunResult, ScenarioResult, Status
 from specaudit.scenarios.catalogue import resolve
@@ -66,8 +74,21 @@ def resolve_target(target: str | Callable[..., Any]) -> tuple[Callable[..., Any]
     return load_target(target), target
 
 
-def resolve_scenarios(scenarios: Sequence[ScenarioLike] | ScenarioLike | None) -> list[LoadedScenario]:
-    """Return loaded scenarios from names, paths, or scenario objects (default suite for None)."""
+def resolve_scenarios(scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
+                      settings: RunSettings | None = None) -> list[LoadedScenario]:
+    """Return loaded scenarios from names, paths, or scenario objects (default suite for None).
+
+    With ``settings``, also raise UsageError for what they cannot do with these scenarios
+    (``certify_tv`` on a scenario with no joint law) before anything runs.
+    """
+    out = _loaded(scenarios)
+    if settings is not None:
+        check_certifiable(out, settings)
+    return out
+
+
+def _loaded(scenarios: Sequence[ScenarioLike] | ScenarioLike | None) -> list[LoadedScenario]:
+    """Return the loaded scenarios, checked for clashing names and for this machine's memory."""
     if scenarios is None:
         return resolve(None)
     if isinstance(scenarios, (str, LoadedScenario, Scenario)):
@@ -191,7 +212,7 @@ def execute(
 def bind(target: str | Callable[..., Any], scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
          settings: RunSettings) -> tuple[str, list[LoadedScenario], adapters.Binding]:
     """Load the target and the scenarios and bind the target to each scenario (adapters)."""
-    loaded = resolve_scenarios(scenarios if scenarios is not None else adapters.preset_scenarios(target))
+    loaded = resolve_scenarios(scenarios if scenarios is not None else adapters.preset_scenarios(target), settings)
     label, binding = bind_target(target, loaded, settings)
     return label, loaded, binding
 

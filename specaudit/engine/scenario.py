@@ -9,7 +9,9 @@ probes of :mod:`specaudit.checks.tree_probes`), in this process once
 its blocks are measured (not after a hang); their pass/fail results join the scenario's checks. Every other scenario becomes a
 :class:`specaudit.engine.executors.Unit` of blocks (:mod:`specaudit.engine.bench`); the blocks run
 on the run's executor (jobs, Ray) and each scenario is checked on its merged tally, at every look
-with early stop (:mod:`specaudit.stats.sequential`), else once at the end; a shard keeps its
+with early stop or ``--certify-tv`` (:mod:`specaudit.stats.sequential`; a certificate also
+stops a scenario at the first look whose TV bound reaches EPS, :mod:`specaudit.stats.certificate`),
+else once at the end; every joint-law scenario gets its TV bound (:func:`tv_bound`); a shard keeps its
 additive tallies for ``specaudit merge``. :func:`measure` runs one scenario's blocks in order
 here and returns the raw measurements, for callers that want numbers rather than verdicts.
 """
@@ -24,19 +26,24 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from specaudit.checks import bad_rows, evaluate, probes, tree_probes
-from specaudit.checks.statistical import Measured
+from specaudit.checks import bad_rows, evaluate, probes, seeded, tree_probes
+from specaudit.checks.statistical import Measured, has_joint_law
 from specaudit.contract.guard import guarded
 from specaudit.engine.bench import Bench, Tally
+from specaudit.engine.device import tensor_path
 from specaudit.engine.executors import Progress, Unit, measure_units, shard_blocks
-from specaudit.engine.settings import RunSettings
-from specaudit.errors import ScenarioError
-from specaudit.results import CheckResult, ErrorInfo, ScenarioResult
+from specaudit.engine.settings import MAX_SAMPLES, RunSettings
+from specaudit.errors import ScenarioError, UsageError
+from specaudit.laws.chain import joint_probabilities
+from specaudit.results import CheckResult, ErrorInfo, ScenarioResult, TVBound
 from specaudit.scenarios.loading import LoadedScenario
 from specaudit.scenarios.schema import Scenario
-from specaudit.stats import sequential
+from specaudit.stats import certificate, sequential
 
-__all__ = ["Task", "base_result", "measure", "memory_limit", "preflight", "run_scenarios", "scenario_seed", "unique_names"]
+__all__ = [
+    "Task", "base_result", "certify_cap", "check_certifiable", "measure", "memory_limit", "preflight", "run_scenarios",
+    "scenario_seed", "tv_bound", "unique_names",
+]
 
 
 class Task(NamedTuple):
@@ -113,6 +120,49 @@ def unique_names(loaded: Sequence[LoadedScenario]) -> list[LoadedScenario]:
     return out
 
 
+def certify_cap(spec: Scenario, eps: float, alpha: float) -> int | None:
+    """Return the sample cap of ``--certify-tv eps`` on ``spec``: 4x the sequences a lossless verifier is expected to need.
+
+    The expected bound at n (:func:`specaudit.stats.certificate.samples_to_certify`) is computed from
+    the exact joint law; None when no n up to the schema's bound on ``samples`` is expected to do.
+    """
+    target, _ = spec.chains()
+    planned = certificate.samples_to_certify(joint_probabilities(target, spec.length), eps, alpha)
+    if planned is None or certificate.CAP_FACTOR * planned > MAX_SAMPLES:
+        return None
+    return certificate.CAP_FACTOR * planned
+
+
+def tv_bound(measured: Measured, settings: RunSettings, weight: float = 1.0) -> TVBound | None:
+    """Return the upper confidence bound on TV of a scenario's joint counts (None: no joint law, or no sequence).
+
+    ``weight``: this look's share of alpha when the scenario is looked at several times
+    (:mod:`specaudit.stats.certificate`: the bounds of every look hold together at 1 - alpha).
+    """
+    if measured.joint is None or measured.joint.counts.sum() == 0:
+        return None
+    return certificate.tv_upper_bound(measured.joint.counts, measured.joint_probs, settings.alpha, weight,
+                                      settings.certify_tv)
+
+
+def check_certifiable(loaded: Sequence[LoadedScenario], settings: RunSettings) -> None:
+    """Raise UsageError unless every scenario of a ``--certify-tv`` run has a joint law and a reachable cap."""
+    eps = settings.certify_tv
+    if eps is None:
+        return
+    for item in loaded:
+        spec = item.spec
+        if not has_joint_law(spec):
+            why = (f"mode {spec.mode!r}: no sampled law" if spec.mode != "sample" else
+                   f"{spec.joint_cells:,} possible sequences (vocab ** length) are too many to count; it is checked "
+                   "per prefix and by PIT, which certify no TV")
+            raise UsageError(f"--certify-tv {eps:g}: scenario {item.name} ({item.path}) has no joint law to bound ({why}); "
+                             "certify scenarios with an enumerated joint law, e.g. -s markov-v4")
+        if settings.samples is None and certify_cap(spec, eps, settings.alpha) is None:
+            raise UsageError(f"--certify-tv {eps:g}: scenario {item.name} would need more than {MAX_SAMPLES:,} "
+                             "sequences even from a lossless verifier; ask for a larger EPS")
+
+
 def scenario_seed(run_seed: int | None, loaded: LoadedScenario) -> int:
     """Return the simulation seed, derived from the run seed (else the scenario's own) and its content.
 
@@ -154,7 +204,10 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
     """Run the exact probes of an exact-mode scenario; a crash or hang becomes the result's error."""
     t0 = time.perf_counter()
     run = bad_rows.run_bad_rows if bad_rows.applies(spec) else probes.run_exact  # tag bad-rows: NaN / inf / zero rows
-    done = run(guarded(task.verify, settings.timeout), spec, task.seed, settings.gate_efficiency, settings.contract)
+    verify = guarded(task.verify, settings.timeout)
+    done = run(verify, spec, task.seed, settings.gate_efficiency, settings.contract)
+    if seeded.applies(spec) and done.error is None:  # tag seeded: per-request generators
+        done = done.joined(seeded.run_seeded(verify, spec, task.seed, settings.gate_efficiency, settings.contract))
     result = dataclasses.replace(
         base_result(task.loaded, spec, task.seed),
         checks=done.checks,
@@ -203,6 +256,9 @@ def run_scenarios(
         spec = task.loaded.spec
         if task.samples is not None:
             spec = spec.model_copy(update={"samples": task.samples})
+        elif settings.certify_tv is not None and spec.mode == "sample":  # sample until certified, up to the cap
+            cap = certify_cap(spec, settings.certify_tv, settings.alpha)
+            spec = spec.model_copy(update={"samples": cap if cap is not None else MAX_SAMPLES})
         if settings.batch is not None:  # --batch: rows per verifier call (a slow verifier inside --timeout)
             spec = spec.model_copy(update={"batch": settings.batch})
         if spec.mode == "exact":  # exact probes, no simulation (specaudit.checks.probes)
@@ -210,7 +266,7 @@ def run_scenarios(
             continue
         verify = guarded(task.verify, settings.timeout)
         verifies.append(verify)
-        bench = Bench(verify, spec, settings.contract, settings.max_memory)
+        bench = Bench(verify, spec, settings.contract, settings.max_memory, tensor_path(task.verify, spec, settings))
         blocks = shard_blocks(bench.blocks, settings.shard)
         looks = sequential.look_schedule(len(blocks)) if stop_level is not None else []
         units.append(Unit(bench, task.seed, blocks, looks))
@@ -218,7 +274,7 @@ def run_scenarios(
         specs.append(spec)
     release()
 
-    latest: dict[int, tuple[Measured, tuple[CheckResult, ...]]] = {}
+    latest: dict[int, tuple[Measured, tuple[CheckResult, ...], TVBound | None]] = {}
     tracks = {i: sequential.Track(sequential.spending(len(u.looks))) for i, u in enumerate(units)}
     eval_seconds = [0.0] * len(units)
 
@@ -226,14 +282,19 @@ def run_scenarios(
         t0 = time.perf_counter()
         bench = units[i].bench
         measured = bench.measured(tally, settings.method)
-        if i in latest and "horizon" in latest[i][0].__dict__:  # exact references do not change between looks
-            measured.__dict__["horizon"] = latest[i][0].__dict__["horizon"]
+        for reference in ("horizon", "joint_probs"):  # exact references do not change between looks
+            if i in latest and reference in latest[i][0].__dict__:
+                measured.__dict__[reference] = latest[i][0].__dict__[reference]
         results = evaluate(measured, settings.gate_efficiency)
         stop = False
+        weight = 1.0  # this look's share of alpha (certificate.py: a union over the looks)
         if stop_level is not None:
             results = tracks[i].add(tally.sequences, results)
             stop = not final and sequential.decisive(results, stop_level)
-        latest[i] = (measured, results)
+            weight = tracks[i].weights[len(tracks[i].looks) - 1]
+        bound = tv_bound(measured, settings, weight)
+        stop = stop or (not final and bound is not None and bound.certified)
+        latest[i] = (measured, results, bound)
         eval_seconds[i] += time.perf_counter() - t0
         return stop
 
@@ -246,6 +307,9 @@ def run_scenarios(
             t0 = time.perf_counter()
             run_probes = tree_probes.run_tree_probes if spec.algorithm == "tree" else probes.run_scenario_probes
             probe = run_probes(verifies[i], spec, task.seed, settings.gate_efficiency, settings.contract)
+            if seeded.applies(spec) and probe.error is None:  # tag seeded: per-request generators
+                probe = probe.joined(seeded.run_seeded(verifies[i], spec, task.seed, settings.gate_efficiency,
+                                                       settings.contract))
             eval_seconds[i] += time.perf_counter() - t0 - probe.verifier_seconds
         result = dataclasses.replace(
             base_result(task.loaded, spec, task.seed),
@@ -255,13 +319,15 @@ def run_scenarios(
             checks=probe.checks,
         )
         info: dict[str, Any] = {}
+        if (on := units[i].bench.device) is not None:  # simulated on the verifier's device (specaudit.engine.device)
+            info["device"] = on.device
         if outcome.error is not None:
             result = dataclasses.replace(result, error=outcome.error)
         elif probe.error is not None:  # a probe call hung
             result = dataclasses.replace(result, error=ErrorInfo.from_exception(probe.error))
         elif i in latest:
-            measured, checked = latest[i]
-            result = dataclasses.replace(result, checks=checked + probe.checks)
+            measured, checked, bound = latest[i]
+            result = dataclasses.replace(result, checks=checked + probe.checks, tv_bound=bound)
             if not spec.lazy:
                 info["tokens_per_step_exact"] = measured.horizon.tokens_per_step
         if stop_level is not None and outcome.error is None and i in latest:

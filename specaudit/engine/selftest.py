@@ -1,32 +1,37 @@
 """Test the tester: calibration of every check under the null, and the zoo's negative controls.
 
-``selftest`` answers two questions and returns data (the CLI renders it):
+``selftest`` answers three questions and returns data (the CLI renders it):
 
-1. Calibration. The reference verifier is run over R seeds (each a whole run of the suite at
-   ``samples`` sequences per scenario, re-runs and power off). Under the null every check's raw
-   p-value is U(0, 1): for each (scenario, check) a Kolmogorov-Smirnov test of its R p-values,
-   Holm-adjusted over the checks (the headline "KS p" is the smallest adjusted one; a second-level
-   test in the TestU01 / dieharder sense). Checks whose p-value never varies (no randomness to
-   test, e.g. 0 degrees of freedom) are listed as degenerate and left out. False alarms are
-   judged check by check: a check's R p-values come from R independent runs, so its count of raw
-   p-values <= alpha is Binomial(R, alpha) under the null and must not exceed its upper point at
-   0.5% / T (Bonferroni over the T checks). The count pooled over all R x T p-values is reported
-   with the central 99% interval of Binomial(R T, alpha), but does not gate: the checks of one
-   run are not independent (tokens/step and accept-length read the same accept counts), so one
-   unlucky run moves two or three of them at once and the pooled count is over-dispersed. The
-   number of runs that fail at family-wise alpha must not exceed the 99.5% point of
-   Binomial(R, alpha) (Holm only bounds it from above).
-2. Negative controls. Every zoo mutant is run once on the suite. A ``distribution`` mutant must
+1. Is each check's p-value law right in the tail? (the law stage; the power against
+   miscalibration.) Every gating check's counts are drawn from the exact null without the
+   verifier (`specaudit.engine.null_draws`: joint law and accept-length in Pearson and G,
+   tokens/step, per-prefix nodes and their Holm combination, both PIT histograms and their
+   Bonferroni, early stop's spending, the suspect re-run rule), ``draws`` per (scenario, check),
+   and judged by :func:`judge_tails`: at every level of :data:`LEVELS` the count of p-values at or
+   below it against Binomial(n, t) (too many) and Binomial(n, floor t / SLACK) (too few), per
+   scenario and pooled per check, Bonferroni at :data:`LAW_LEVEL`. The per-prefix/PIT checks are
+   covered on :data:`LAW_COVERAGE` when the suite has none. Measured power against
+   miscalibrated readers (2x tail inflation, a df too few, 2x conservative): ``benchmarks/selftest_power.py``.
+2. Is the verifier path wired to those checks? The reference verifier is run over R seeds (each a
+   whole run of the suite at ``samples`` sequences per scenario, re-runs and power off). For each
+   (scenario, check) a Kolmogorov-Smirnov test of its R raw p-values, Holm-adjusted over the checks
+   (must be > :data:`KS_LEVEL`); checks whose p-value never varies are listed as degenerate and left
+   out. False alarms are judged check by check: a check's count of raw p-values <= alpha is
+   Binomial(R, alpha) under the null and must not exceed its upper point at 0.5% / T (Bonferroni
+   over the T checks); the pooled count is reported only (the checks of one run share sequences).
+   The number of runs failing at family-wise alpha must not exceed the 99.5% point of
+   Binomial(R, alpha). The first seed's suite is also run as 2 shards and merged: the merged
+   p-values must equal the unsharded ones (``specaudit merge``'s promise).
+3. Negative controls. Every zoo mutant is run once on the suite. A ``distribution`` mutant must
    fail every scenario where the joint-law check's predicted power against it (``specaudit.analysis.power``,
    at the run's N and Bonferroni level) is at least :data:`SHOULD_CATCH` (one without a power
-   model, ``reused_uniforms``, must fail at least one scenario); a ``lossless-control`` must never fail a distribution check and must fail an
-   efficiency check somewhere; ``boundary`` mutants are reported only (the adversarial-uniform
-   checks catch them).
+   model, ``reused_uniforms``, must fail at least one scenario); a ``lossless-control`` must never
+   fail a distribution check and must fail an efficiency check somewhere; ``boundary`` mutants are
+   reported only (the adversarial-uniform checks catch them).
 
-The self-test is miscalibrated when the KS p <= :data:`KS_LEVEL`, a check's false alarms exceed
-its limit or too many null runs fail; it exits 1 when miscalibrated or when a mutant that should
-be caught is missed. Its own false-failure rate is at most about KS_LEVEL + 0.5% + 0.5% +
-(number of expected detections) x (1 - SHOULD_CATCH).
+It exits 1 when miscalibrated (any of 1 or 2) or when a mutant that should be caught is missed. Its
+own false-failure rate is at most about LAW_LEVEL + KS_LEVEL + 0.5% + 0.5% + (number of expected
+detections) x (1 - SHOULD_CATCH).
 """
 
 from __future__ import annotations
@@ -40,20 +45,43 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from specaudit.checks.statistical import has_joint_law, wants_joint
+from specaudit.engine import null_draws
+from specaudit.engine.merge import merge_documents
+from specaudit.engine.null_draws import NullRow, Reader, exact_reader
 from specaudit.engine.run import ScenarioLike, execute, resolve_scenarios
 from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings
 from specaudit.errors import ExitCode, NothingToRun, UsageError
 from specaudit.results import Category, RunResult, Status
+from specaudit.results.document import to_document
+from specaudit.scenarios.catalogue import shipped
+from specaudit.scenarios.schema import Scenario
 from specaudit.stats.gof import holm
 from specaudit.verifiers import reference
 from specaudit.verifiers.zoo import chain as zoo
 
-__all__ = ["CheckCalibration", "MutantOutcome", "SelftestResult", "selftest"]
+__all__ = ["CheckCalibration", "MutantOutcome", "SelftestResult", "TailTest", "judge_tails", "selftest"]
 
 #: Sequences per scenario and seed: small enough that 200 seeds of the suite run in minutes,
 #: large enough that every group expects >= 5 (cells are merged by expected count anyway).
 DEFAULT_SAMPLES = 20_000
-DEFAULT_SEEDS = 100
+#: Verifier-path runs: they check the wiring; the power against miscalibration is the law stage's.
+DEFAULT_SEEDS = 20
+#: Exact-null draws per (scenario, check) of the law stage (x4 for the re-run rule, read at alpha alone).
+DEFAULT_DRAWS = 5_000
+#: Levels at which the law stage counts p-values: the run reads alpha / m (~3e-5) to the suspect level (0.1).
+LEVELS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 5e-4, 2e-4, 1e-4)
+#: A level is judged on a row when the row expects at least this many p-values below it.
+MIN_HITS = 10
+#: A check is too conservative when it rejects significantly less than floor / SLACK of the level
+#: (2x conservative is flagged; discreteness and Holm's slack, up to ~25% measured, are not).
+SLACK = 2**0.5
+#: The law stage's false-alarm rate: Bonferroni over all its one-sided binomial tests.
+LAW_LEVEL = 0.01
+#: The per-prefix and PIT checks are covered on this scenario (at LAW_COVERAGE_SAMPLES) when the
+#: suite has none: the default suite's joint laws are small enough to enumerate.
+LAW_COVERAGE = "zipf-v32k"
+LAW_COVERAGE_SAMPLES = 5_000
 #: Calibration fails when the smallest Holm-adjusted KS p-value is at or below this.
 KS_LEVEL = 0.01
 #: Interval level of the false-alarm counts.
@@ -97,6 +125,104 @@ class MutantOutcome:
 
 
 @dataclass(frozen=True)
+class TailTest:
+    """How often one row of exact-null p-values fell at or below one level, and the two binomial tails."""
+
+    scenario: str  # "(pooled)" for a check pooled over scenarios
+    check: str
+    level: float
+    draws: int
+    hits: int
+    #: P(Binomial(draws, ceiling x level) >= hits): small when the check rejects too often (None: not judged).
+    high: float | None
+    #: P(Binomial(draws, floor x level / SLACK) <= hits): small when too rarely (None: not judged).
+    low: float | None
+    flagged: bool = False
+
+    @property
+    def ratio(self) -> float:
+        """Return the rejection rate over the level."""
+        return self.hits / self.draws / self.level
+
+    def tails(self) -> list[float]:
+        """Return the binomial tails judged (upper, lower)."""
+        return [p for p in (self.high, self.low) if p is not None]
+
+
+def _tail_tests(scenario: str, row: NullRow, pvalues: np.ndarray) -> list[TailTest]:
+    n = int(pvalues.size)
+    levels = row.levels or tuple(t for t in LEVELS if n * t >= MIN_HITS)
+    out = []
+    for t in levels:
+        judge_low = row.floor is not None and t >= row.floor_from
+        if t > row.read_below and not judge_low:
+            continue
+        hits = int((pvalues <= t).sum())
+        high = float(sps.binom.sf(hits - 1, n, min(1.0, row.ceiling * t))) if t <= row.read_below else None
+        low = float(sps.binom.cdf(hits, n, row.floor * t / SLACK)) if judge_low and row.floor is not None else None
+        out.append(TailTest(scenario, row.check, t, n, hits, high, low))
+    return out
+
+
+def judge_tails(rows: Sequence[NullRow], level: float = LAW_LEVEL) -> tuple[TailTest, ...]:
+    """Judge exact-null p-values: every row, and every check pooled over scenarios, at every level.
+
+    Parameters
+    ----------
+    rows : sequence of NullRow
+        Null p-values per (scenario, check), independent draws (`null_draws.null_rows`).
+    level : float
+        The family-wise false-alarm rate of the judgement.
+
+    Returns
+    -------
+    tuple of TailTest
+        One per (row or pooled check, level); ``flagged`` where a binomial tail is at or below
+        ``level / T``, T the number of tails computed (Bonferroni).
+
+    Notes
+    -----
+    At level t a valid p-value falls at or below t with probability at most ``ceiling t``, so
+    the count of n independent draws is stochastically at most Binomial(n, ceiling t): the upper
+    tail is an exact test of "rejects too often" (too many small p-values: tail inflation, a df
+    too few). A check that spends its level (``floor`` set) rejects at least ``floor t``; the lower
+    tail at ``floor t / SLACK`` flags one that rejects too rarely (p-values piled up away from 0:
+    a conservative tester) while discreteness and Holm's slack (rates down to ~0.75 t) pass.
+    Counting at a ladder of levels is a Berk-Jones-type scan of the lower tail, sensitive where
+    a KS statistic is not.
+    """
+    tests: list[TailTest] = []
+    by_check: dict[str, list[NullRow]] = {}
+    for row in rows:
+        tests += _tail_tests(row.scenario, row, row.pvalues)
+        by_check.setdefault(row.check, []).append(row)
+    for same in by_check.values():
+        if len(same) > 1:
+            tests += _tail_tests("(pooled)", same[0], np.concatenate([r.pvalues for r in same]))
+    cut = level / max(_count_tails(tests), 1)
+    return tuple(dataclasses.replace(t, flagged=min(t.tails()) <= cut) for t in tests)
+
+
+def _count_tails(tests: Sequence[TailTest]) -> int:
+    return sum(len(t.tails()) for t in tests)
+
+
+def law_scenarios(loaded: Sequence[Scenario], coverage: bool = True) -> list[Scenario]:
+    """Return the scenarios of the law stage: the suite at its own N, plus per-prefix/PIT coverage."""
+    specs = [s for s in loaded if s.mode != "exact"]
+    if coverage and all(wants_joint(s) for s in specs):
+        extra = {s.spec.name: s.spec for s in shipped()}[LAW_COVERAGE]
+        specs.append(extra.model_copy(update={"samples": LAW_COVERAGE_SAMPLES}))
+    return specs
+
+
+def sequential_scenario(specs: Sequence[Scenario]) -> list[str]:
+    """Return the one scenario that gets the early-stop and re-run rows (markov-v4 when there)."""
+    joint = [s.name for s in specs if has_joint_law(s)]
+    return ["markov-v4"] if "markov-v4" in joint else joint[:1]
+
+
+@dataclass(frozen=True)
 class SelftestResult:
     """Everything the self-test measured and decided."""
 
@@ -117,14 +243,22 @@ class SelftestResult:
     seconds: float = 0.0
     calibration_seconds: float = 0.0
     mutant_seconds: float = 0.0
+    #: The law stage: exact-null p-values judged in the tail (row by row and pooled per check).
+    tails: tuple[TailTest, ...] = ()
+    draws: int = 0  # exact-null draws per (scenario, check)
+    law_seconds: float = 0.0
+    #: Checks whose merged shard run gave other p-values than the unsharded run (must be none).
+    shard_mismatches: tuple[str, ...] = ()
 
     @property
     def calibrated(self) -> bool:
-        """Return True when p-values look uniform and false alarms are where alpha puts them."""
+        """Return True when p-values look uniform, false alarms are where alpha puts them and no tail is off."""
         return (
             self.ks_pvalue > KS_LEVEL
             and all(c.degenerate or c.false_alarms <= self.check_limit for c in self.checks)
             and self.runs_failed <= self.runs_limit
+            and not any(t.flagged for t in self.tails)
+            and not self.shard_mismatches
         )
 
     @property
@@ -144,12 +278,14 @@ def _run(target: Callable[..., Any], scenarios: Sequence[ScenarioLike], seed: in
 
 def _calibrate(
     scenarios: Sequence[ScenarioLike], seeds: int, settings: RunSettings, progress: Progress | None
-) -> tuple[dict[tuple[str, str], list[float]], int]:
-    """Run the reference over the seeds; return raw p-values per (scenario, check) and failed runs."""
+) -> tuple[dict[tuple[str, str], list[float]], int, RunResult | None]:
+    """Run the reference over the seeds; return raw p-values per (scenario, check), failed runs and the first run."""
     pvalues: dict[tuple[str, str], list[float]] = {}
     failed = 0
+    first: RunResult | None = None
     for seed in range(seeds):
         result = _run(reference.verify, scenarios, seed, settings, power=False)
+        first = first or result
         failed += result.exit_code() == ExitCode.CHECKS_FAILED
         for s in result.scenarios:
             for c in s.checks:
@@ -157,7 +293,7 @@ def _calibrate(
                     pvalues.setdefault((s.name, c.name), []).append(float(c.pvalue))
         if progress is not None:
             progress("calibration", seed + 1, seeds)
-    return pvalues, failed
+    return pvalues, failed, first
 
 
 def _ks(row: CheckCalibration) -> float:
@@ -182,6 +318,29 @@ def _uniformity(pvalues: dict[tuple[str, str], list[float]], seeds: int, alpha: 
         r = rows[i]
         rows[i] = CheckCalibration(r.scenario, r.check, r.pvalues, r.false_alarms, False, r.ks_statistic, r.ks_pvalue, float(adj))
     return tuple(rows)
+
+
+def _shard_mismatches(target: Callable[..., Any], scenarios: Sequence[ScenarioLike], settings: RunSettings,
+                      whole: RunResult, shards: int = 2) -> list[str]:
+    """Run the suite as ``shards`` shards with ``whole``'s seed, merge them, and list every p-value that differs.
+
+    ``specaudit merge`` promises the unsharded run's counts and p-values (additive tallies), so the
+    merged p-values must equal ``whole``'s to rounding: a check of the merge path, exact, one seed.
+    """
+    docs = [to_document(execute(target, scenarios, dataclasses.replace(settings, seed=whole.seed, power=False,
+                                                                       shard=(i, shards))))
+            for i in range(shards)]
+    merged = merge_documents(docs)
+    out = []
+    for a, b in zip(whole.scenarios, merged.scenarios):
+        mine = {c.name: c.pvalue for c in b.checks}
+        for c in a.checks:
+            p = mine.get(c.name)
+            if c.pvalue is None and p is None:
+                continue
+            if c.pvalue is None or p is None or not np.isclose(c.pvalue, p, rtol=1e-9, atol=1e-12):
+                out.append(f"{a.name} / {c.name}: p = {c.pvalue} unsharded, {p} merged from {shards} shards")
+    return out
 
 
 def _mutant_outcomes(result: RunResult, entry: zoo.Mutant) -> list[MutantOutcome]:
@@ -230,6 +389,9 @@ def selftest(
     alpha: float = DEFAULT_ALPHA,
     mutants: bool = True,
     progress: Progress | None = None,
+    draws: int = DEFAULT_DRAWS,
+    reader: Reader = exact_reader,
+    law_seed: int = 0,
 ) -> SelftestResult:
     """Check that the checks are calibrated under the null and that the zoo is caught.
 
@@ -247,6 +409,13 @@ def selftest(
         Also run the zoo.
     progress : callable, optional
         ``progress(stage, done, total)`` after every run.
+    draws : int
+        Exact-null draws per (scenario, check) of the law stage (0: skip it).
+    reader : Reader
+        How the law stage reads a statistic into a p-value: the library's (`null_draws.exact_reader`);
+        tests and ``benchmarks/selftest_power.py`` put deliberately miscalibrated ones here.
+    law_seed : int
+        Seed of the law stage's draws.
 
     Returns
     -------
@@ -264,6 +433,8 @@ def selftest(
     """
     if seeds < 10:
         raise UsageError(f"seeds = {seeds}; allowed: >= 10 (a KS test of fewer p-values says little)")
+    if draws and draws < 1000:
+        raise UsageError(f"draws = {draws}; allowed: 0 (no law stage) or >= 1000")
     if samples < 100:
         raise UsageError(f"samples = {samples}; allowed: >= 100")
     # every run of the self-test: re-runs and diagnosis off (validates alpha)
@@ -272,7 +443,7 @@ def selftest(
     if not loaded:
         raise NothingToRun("selftest: no scenario matched; `specaudit list` shows the names and tags")
     t0 = time.perf_counter()
-    pvalues, runs_failed = _calibrate(loaded, seeds, settings, progress)
+    pvalues, runs_failed, first = _calibrate(loaded, seeds, settings, progress)
     rows = _uniformity(pvalues, seeds, alpha)
     t_cal = time.perf_counter() - t0
     tested = [r for r in rows if not r.degenerate]
@@ -296,6 +467,29 @@ def selftest(
                             f"checks)")
     if runs_failed > runs_limit:
         problems.append(f"miscalibrated: {runs_failed} of {seeds} null runs failed; at most {runs_limit} expected at alpha {alpha:g}")
+    mismatches = _shard_mismatches(reference.verify, loaded, settings, first) if first is not None else []
+    problems += [f"shard merge: {m}" for m in mismatches]
+    if progress is not None:
+        progress("shard merge", 1, 1)
+    t_law = time.perf_counter()
+    tails: tuple[TailTest, ...] = ()
+    if draws:
+        specs = law_scenarios([item.spec for item in loaded])
+        drawn = null_draws.null_rows(specs, draws, reader=reader, rng=np.random.default_rng(law_seed), alpha=alpha,
+                                     sequential=sequential_scenario(specs))
+        tails = judge_tails(drawn)
+        problems += [f"re-run rule: {m}" for m in null_draws.rerun_rule_mismatches(alpha)]
+        count = _count_tails(tails)
+        for t in tails:
+            if t.flagged:
+                side = "too many" if t.high is not None and t.high <= LAW_LEVEL / count else "too few"
+                problems.append(
+                    f"miscalibrated (exact-null draws): {t.scenario} / {t.check}: {side} p-values <= {t.level:g}: "
+                    f"{t.hits} of {t.draws} (x{t.ratio:.2f} the level; binomial tail {min(t.tails()):.2g} <= "
+                    f"{LAW_LEVEL:g} / {count} tests)")
+        if progress is not None:
+            progress("exact-null draws", 1, 1)
+    law_seconds = time.perf_counter() - t_law
     outcomes: list[MutantOutcome] = []
     t1 = time.perf_counter()
     if mutants:
@@ -324,4 +518,8 @@ def selftest(
         seconds=time.perf_counter() - t0,
         calibration_seconds=t_cal,
         mutant_seconds=time.perf_counter() - t1,
+        tails=tails,
+        draws=draws,
+        law_seconds=law_seconds,
+        shard_mismatches=tuple(mismatches),
     )

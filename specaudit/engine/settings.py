@@ -12,6 +12,7 @@ reads plain fields and re-checks nothing. The settings a RunResult records are w
 from __future__ import annotations
 
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,8 @@ BACKENDS = ("local", "ray")
 MAX_SAMPLES = 10**9
 #: The largest ``--batch`` (the scenario schema's bound on ``batch``).
 MAX_BATCH = 1 << 20
+#: Torch devices the simulator's device path runs on (:mod:`specaudit.engine.device`).
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 #: Goodness-of-fit statistics (:func:`specaudit.stats.gof.goodness_of_fit`).
 METHODS = ("pearson", "g")
 
@@ -105,12 +108,20 @@ class RunSettings:
         Rank the zoo mutants for every failing scenario (:mod:`specaudit.analysis.diagnose`).
     early_stop : bool
         Sequential looks after 1, 2, 4, ... blocks (:mod:`specaudit.stats.sequential`).
+    certify_tv : float or None
+        ``EPS``, 0 < EPS < 1: keep sampling every scenario (looks as with early stop) until its TV bound
+        (:mod:`specaudit.stats.certificate`) is at most EPS, a check fails for sure, or the sample cap
+        (``samples``, else 4x what a lossless verifier is expected to need) is reached.
     shard : (int, int) or None
         ``(i, n)``: run only blocks ``b = i mod n`` and keep their tallies for ``specaudit merge``.
     adapter : str or None
         The adapter that drives the target (:mod:`specaudit.adapters`).
     adapter_options : mapping or None
         The adapter's options.
+    device : str or None
+        Simulate on this torch device (``"cpu"``, ``"cuda"``, ``"cuda:N"``) and call the verifier with
+        tensors there (:mod:`specaudit.engine.device`); None: on the host, unless the adapter's tensor
+        form lives on a GPU.
     """
 
     alpha: float = DEFAULT_ALPHA
@@ -130,9 +141,11 @@ class RunSettings:
     power: bool = True
     diagnose: bool = True
     early_stop: bool = False
+    certify_tv: float | None = None
     shard: tuple[int, int] | None = None
     adapter: str | None = None
     adapter_options: Mapping[str, Any] | None = None
+    device: str | None = None
 
     def __post_init__(self) -> None:
         """Raise UsageError for a setting out of its range (the messages name the setting and what is allowed)."""
@@ -153,10 +166,19 @@ class RunSettings:
             raise UsageError(f"import_timeout = {self.import_timeout}; allowed: seconds >= 0 (0 or None: no limit)")
         if self.shard is not None and self.early_stop:
             raise UsageError("early stop needs every block in order; it cannot be combined with --shard")
+        if self.certify_tv is not None:
+            eps = self.certify_tv
+            if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < 1:
+                raise UsageError(f"certify_tv = {eps!r}; allowed: 0 < EPS < 1, the total-variation distance to certify "
+                                 "(e.g. 0.005)")
+            if self.shard is not None:
+                raise UsageError("--certify-tv looks at every block in order; it cannot be combined with --shard")
         if self.jobs < 1:
             raise UsageError(f"jobs = {self.jobs}; allowed: >= 1")
         if self.backend not in BACKENDS:
             raise UsageError(f"backend = {self.backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+        if self.device is not None and not DEVICE.fullmatch(str(self.device)):
+            raise UsageError(f"device = {self.device!r}; allowed: 'cpu', 'cuda' or 'cuda:N' (a torch device)")
 
     @property
     def suspect(self) -> float:
@@ -177,7 +199,7 @@ class RunSettings:
         every scenario, exact-mode ones included (their probes add p-values to the family), holds
         at most one p-value per registered check, and Holm rejects any p <= alpha / M.
         """
-        if not self.early_stop:
+        if not self.early_stop and self.certify_tv is None:  # a certificate looks as early stop does
             return None
         return sequential.stop_level(self.alpha, scenarios * len(statistical_checks()))
 
@@ -187,6 +209,8 @@ class RunSettings:
         return {"method": self.method, "gate_efficiency": self.gate_efficiency, "samples": self.samples,
                 "contract": self.contract, "timeout": self.timeout,
                 **({} if not self.early_stop else {"early_stop": True}),
+                **({} if self.device is None else {"device": self.device}),
+                **({} if self.certify_tv is None else {"certify_tv": self.certify_tv}),
                 **({} if shard is None else {"shard": {"index": shard[0], "count": shard[1]},
                                              "suspect_level": self.suspect_level, "power": self.power,
                                              "diagnose": self.diagnose}),
@@ -209,6 +233,8 @@ class RunSettings:
             power=recorded.get("power", True),
             diagnose=recorded.get("diagnose", True),
             early_stop=recorded.get("early_stop", False),
+            device=recorded.get("device"),
+            certify_tv=recorded.get("certify_tv"),
             shard=None if not shard else (int(shard["index"]), int(shard["count"])),
         )
 

@@ -45,6 +45,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import IO, Any
 
 from specaudit import adapters
@@ -136,13 +137,48 @@ def _running(pid: int) -> bool:
 
 
 def _dump(errfile: IO[bytes]) -> str:
-    """Return what faulthandler wrote in the child, then empty the file for the next one."""
+    """Return what faulthandler wrote in the child (harness frames folded, `fold_harness`), then empty the file."""
     errfile.flush()
     errfile.seek(0)
-    text = errfile.read().decode("utf-8", "replace").strip()
+    text = fold_harness(errfile.read().decode("utf-8", "replace").strip())
     errfile.seek(0)
     errfile.truncate()
     return text if len(text) <= _DUMP_CHARS else text[:_DUMP_CHARS] + "\n..."
+
+
+#: The installed package's folder: frames under it are specaudit's, the rest the user's (or libraries').
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+_FRAME = re.compile(r'^\s+File "([^"]+)", line \d+')
+
+
+def fold_harness(dump: str) -> str:
+    """Fold the specaudit frames that call the verifier into one line, in each thread of a faulthandler dump.
+
+    faulthandler lists frames most recent first: the verifier's (and its libraries') frames, then
+    the harness that called it (guard, simulator, engine, supervisor). Once a frame outside specaudit
+    has been seen, the specaudit frames after it (outer calls) become ``... N frames of specaudit's
+    harness``; a stack with no frame outside specaudit (a hang in specaudit itself) stays whole.
+    """
+    out: list[str] = []
+    folded = 0
+    seen_user = False
+    for line in dump.splitlines():
+        frame = _FRAME.match(line)
+        if frame is None:  # a header ("Fatal Python error", "Current thread ...") starts a new stack
+            if folded:
+                out.append(f"  ... {folded} frames of specaudit's harness")
+            folded, seen_user = 0, False
+            out.append(line)
+            continue
+        ours = str(Path(frame.group(1)).resolve()).startswith(_PACKAGE + "/")
+        if ours and seen_user:
+            folded += 1
+            continue
+        seen_user = seen_user or not ours
+        out.append(line)
+    if folded:
+        out.append(f"  ... {folded} frames of specaudit's harness")
+    return "\n".join(out)
 
 
 class _Supervisor:
@@ -497,7 +533,7 @@ def execute_supervised(
     """
     if not supported() or threading.current_thread() is not threading.main_thread():
         return execute(target, scenarios, settings, progress=progress, on_scenario=on_scenario)
-    loaded = resolve_scenarios(scenarios if scenarios is not None else adapters.preset_scenarios(target))
+    loaded = resolve_scenarios(scenarios if scenarios is not None else adapters.preset_scenarios(target), settings)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     sup = _Supervisor(target, loaded, settings, progress)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specaudit.chains.serving import MixedChain
 from specaudit.chains.tabular import TabularChain
 from specaudit.errors import UsageError
 
@@ -81,7 +82,9 @@ def joint_probabilities(target: TabularChain, length: int) -> np.ndarray:
     -------
     numpy.ndarray
         Shape ``[V**L]``, float64; entry ``sum_t x_t * V**(L-1-t)`` is P(x_0, ..., x_{L-1}),
-        the first token being the most significant digit.
+        the first token being the most significant digit. A batch mix
+        (:class:`~specaudit.chains.serving.MixedChain`) has ``C * V**L`` cells: class ``c``
+        then the sequence, probability ``w_c P_c(x)``.
 
     Notes
     -----
@@ -95,6 +98,8 @@ def joint_probabilities(target: TabularChain, length: int) -> np.ndarray:
     """
     if length < 0:
         raise UsageError(f"length: received {length}, allowed: an integer >= 0")
+    if isinstance(target, MixedChain):  # a batch mix: cell class * V**L + sequence, probability w_c P_c
+        return np.concatenate([w * joint_probabilities(c, length) for w, c in zip(target.weights, target.classes)])
     probs = np.ones(1)
     states = np.array([target.start], dtype=np.int64)
     for _ in range(length):

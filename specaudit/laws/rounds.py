@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specaudit.chains.serving import MixedChain
 from specaudit.chains.tabular import TabularChain
 from specaudit.laws import scenario_step_kernels
 from specaudit.scenarios.schema import Scenario
@@ -25,8 +26,17 @@ def rounds_tokens_law(scenario: Scenario, target: TabularChain, draft: TabularCh
     Dynamic programme over (position, state, rounds so far) with the step kernels of
     :func:`specaudit.laws.scenario_step_kernels`: a round started at position ``t`` that emits
     ``m`` tokens continues at ``t + m`` when ``t + m < L`` and ends the sequence otherwise, with
-    ``T = t + m`` (the last round is not cut). Cost ``O(L^2 M S^2)``.
+    ``T = t + m`` (the last round is not cut). Cost ``O(L^2 M S^2)``. A batch mix is the
+    mixture of its classes' laws (each request draws its class once).
     """
+    if isinstance(target, MixedChain):
+        assert isinstance(draft, MixedChain)
+        mixed: dict[tuple[float, float], float] = {}
+        for w, t_c, d_c in zip(target.weights.tolist(), target.classes, draft.classes):
+            for r, tk, pr in zip(*rounds_tokens_law(scenario, t_c, d_c)):
+                mixed[(float(r), float(tk))] = mixed.get((float(r), float(tk)), 0.0) + w * float(pr)
+        points = sorted(key for key, value in mixed.items() if value > 0)
+        return (np.array([p[0] for p in points]), np.array([p[1] for p in points]), np.array([mixed[p] for p in points]))
     steps, start = scenario_step_kernels(scenario, target, draft)
     length, states = scenario.length, steps.shape[1]
     alive = np.zeros((length, states, length + 1))  # [position, state, rounds so far]

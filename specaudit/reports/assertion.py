@@ -23,6 +23,16 @@ def failure_summary(result: RunResult) -> str:
     """Return a short statistical summary of a run, failures first, for an assertion message."""
     bad = [s for s in result.scenarios if s.status in (Status.FAILED, Status.ERROR)]
     seed = "per scenario" if result.seed is None else result.seed
+    uncertified = result.uncertified()
+    if not bad and uncertified:  # certify_tv: every check passed, a bound stayed above EPS at the cap
+        lines = [f"specaudit: {result.target}: TV <= {result.settings['certify_tv']:g} not certified on "
+                 f"{len(uncertified)} of {len(result.scenarios)} scenarios at the sample cap (seed {seed})"]
+        for s in result.scenarios:
+            b = s.certificate
+            if s.name in uncertified and b is not None:
+                lines.append(f"  {s.name}: TV <= {b.bound:.4f} at {100 * b.confidence:g}% after {b.sequences:,} "
+                             f"sequences (plug-in TV {b.tv:.4f}); raise the cap (samples) or EPS")
+        return "\n".join(lines)
     lines = [
         f"specaudit: {result.target} is not lossless: {result.status.value.upper()} on {len(bad)} of "
         f"{len(result.scenarios)} scenarios (family-wise alpha {result.alpha:g}, Holm; seed {seed})"

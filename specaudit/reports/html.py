@@ -18,6 +18,7 @@ as resolved, never as failures). A default run's page is ~225 kB and renders in 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -169,6 +170,8 @@ def _scenario_view(s: ScenarioResult, light: bool = False) -> dict[str, Any]:
         "rerun": None if s.rerun is None else {"seed": s.rerun.seed, "samples": s.rerun.samples,
                                                 "status": s.rerun.status.value},
         "diagnosis": info.get("diagnosis"),
+        "certificate": None if s.certificate is None else dataclasses.asdict(s.certificate) | {
+            "certified": s.certificate.certified},
         "power_svg": plots.power(power_rows) if power_rows else None,
         "sensitivity": sens,
         "flag": str(sens["flag"]) if sens.get("flag") else None,
@@ -288,6 +291,8 @@ def reproduce(result: RunResult) -> dict[str, Any]:
         cmd.append("--allow-inefficient")
     if settings.get("early_stop"):
         cmd.append("--early-stop")
+    if settings.get("certify_tv") is not None:
+        cmd += ["--certify-tv", f"{settings['certify_tv']:g}"]
     env = result.environment or {}
     return {
         "command": shlex.join(cmd),

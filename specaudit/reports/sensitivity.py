@@ -121,7 +121,8 @@ def render_plan(plans: list[Any], console: Console) -> None:
         ))
         if p.samples is not None:
             tv = "nothing (one merged group)" if p.detectable_tv == float("inf") else f"TV >= {p.detectable_tv:.4f}"
-            console.print(f"  at N = {p.samples:,} ({p.groups} groups after merging): detects every alternative at {tv}")
+            console.print(f"  at N = {p.samples:,} ({p.groups} groups after merging): detects every alternative at {tv} "
+                          "(simulation-verified)")
         if p.tv is not None:
             n = "not reachable (<= 1e12)" if p.samples_for_tv is None else f"N >= {p.samples_for_tv:,}"
             console.print(f"  to detect TV {p.tv:g} in every direction: {n}")
@@ -169,6 +170,18 @@ def render_selftest(result: Any, console: Console, verbosity: int = 0) -> None:
         f"{result.interval[0]}..{result.interval[1]} if the checks were independent; reported only); "
         f"failed null runs {result.runs_failed} of {result.seeds} (at most {result.runs_limit})"
     )
+    if result.tails:
+        flagged = [t for t in result.tails if t.flagged]
+        checks = sorted({t.check for t in result.tails})
+        console.print(
+            f"exact-null draws: {result.draws:,} per (scenario, check) of {len(checks)} checks "
+            f"({', '.join(checks)}); {len(result.tails)} tail tests at levels 0.1 .. 1e-4 (Bonferroni, 0.01 in all): "
+            + (f"{len(flagged)} flagged" if flagged else "none flagged") + f" in {result.law_seconds:.0f}s")
+        if verbosity > 0:
+            for t in result.tails:
+                if t.scenario == "(pooled)" or t.flagged:
+                    console.print(f"  {t.scenario} / {t.check} at {t.level:g}: {t.hits} of {t.draws:,} (x{t.ratio:.2f})"
+                                  + (" FLAGGED" if t.flagged else ""), highlight=False)
     if result.mutants:
         scenarios = list(dict.fromkeys(o.scenario for o in result.mutants))
         by = {(o.mutant, o.scenario): o for o in result.mutants}

@@ -171,11 +171,31 @@ def _plural(status: Status, n: int) -> str:
     return "errors" if status is Status.ERROR and n != 1 else status.value
 
 
+def certificate_line(s: ScenarioResult) -> Text | None:
+    """Return one scenario's TV bound for people ("TV <= 0.0043 at 99.9%"), or None when it has none."""
+    b = s.certificate
+    if b is None:
+        return None
+    line = Text.assemble((f"{s.name}: ", "bold"), f"TV <= {b.bound:.4f} at {100 * b.confidence:g}% ",
+                         (f"(plug-in TV {b.tv:.4f} + Hoeffding, {b.sequences:,} sequences)", "dim"))
+    if b.certified:
+        line.append(f" certified <= {b.target:g}", style="green")
+    elif b.target is not None:  # stopped by a failing check, or sampled up to the cap
+        why = "at the sample cap" if s.status is Status.PASSED else f"(the scenario {s.status.value})"
+        line.append(f" NOT certified <= {b.target:g} {why}", style="bold yellow")
+    return line
+
+
 def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     """Print the run: table (unless quiet), failure details, and the final line."""
     if verbosity >= 0:
         console.print(summary_table(result, console.width))
         render_power(result, console, verbosity)  # the run's sensitivity: what each scenario could detect
+    certify = result.settings.get("certify_tv") is not None
+    if verbosity >= 0 or certify:  # how close, not only "no evidence against" (specaudit.stats.certificate)
+        for line in filter(None, map(certificate_line, result.scenarios)):
+            console.print(line)
+    if verbosity >= 0:
         for s in result.scenarios:
             if s.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) or verbosity > 0:
                 _details(console, s)
@@ -190,4 +210,9 @@ def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     )
     if result.interrupted:
         line.append(" - interrupted", style="bold yellow")
+    elif certify and result.status is Status.PASSED:
+        missing = result.uncertified()
+        line.append(f"; TV <= {result.settings['certify_tv']:g} " + (
+            "certified" if not missing else f"NOT certified at the sample cap ({', '.join(missing)}): exit 6"),
+            style="bold green" if not missing else "bold yellow")
     console.print(line)

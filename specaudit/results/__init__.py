@@ -121,6 +121,31 @@ class ErrorInfo:
 
 
 @dataclass(frozen=True)
+class TVBound:
+    """An upper confidence bound on the total variation between the verifier's output law and the target's.
+
+    Made by :func:`specaudit.stats.certificate.tv_upper_bound` for every scenario whose joint law
+    of whole sequences is enumerated; the method and its proof are in that module.
+    """
+
+    #: TV(verifier's law, target's law) <= bound, with probability >= ``confidence``.
+    bound: float
+    #: 1 - delta: the run's confidence (1 - alpha), spent over the looks of a sequential run.
+    confidence: float
+    #: The plug-in TV(empirical law, target law) the bound starts from.
+    tv: float
+    #: Sequences the bound rests on.
+    sequences: int
+    #: The TV ``specaudit run --certify-tv EPS`` asked to certify (None: not asked).
+    target: float | None = None
+
+    @property
+    def certified(self) -> bool:
+        """Return True when a certificate was asked for and the bound reached it."""
+        return self.target is not None and self.bound <= self.target
+
+
+@dataclass(frozen=True)
 class ScenarioResult:
     """Everything measured on one scenario."""
 
@@ -153,6 +178,13 @@ class ScenarioResult:
     #: A SUSPECT first result is re-run on a fresh seed with 4x the samples (TestU01 style); both
     #: are reported and the re-run's verdict is the scenario's.
     rerun: ScenarioResult | None = None
+    #: Upper confidence bound on TV(output law, target law); None where the joint law is not enumerated.
+    tv_bound: TVBound | None = None
+
+    @property
+    def certificate(self) -> TVBound | None:
+        """Return the TV bound of the attempt that decides the scenario (the re-run's when re-run)."""
+        return self.tv_bound if self.rerun is None else self.rerun.tv_bound
 
     @property
     def status(self) -> Status:
@@ -279,4 +311,12 @@ class RunResult:
             return ExitCode.NO_SCENARIOS
         if self.status in (Status.FAILED, Status.ERROR):
             return ExitCode.CHECKS_FAILED
+        if self.uncertified():
+            return ExitCode.NOT_CERTIFIED
         return ExitCode.OK
+
+    def uncertified(self) -> list[str]:
+        """Return the scenarios a ``--certify-tv`` run did not certify (their bound stayed above EPS at the cap)."""
+        if self.settings.get("certify_tv") is None:
+            return []
+        return [s.name for s in self.scenarios if s.certificate is None or not s.certificate.certified]

@@ -32,6 +32,7 @@ from specaudit.results import (
     RunResult,
     ScenarioResult,
     Status,
+    TVBound,
 )
 
 __all__ = [
@@ -209,7 +210,15 @@ def _scenario(value: Any, where: str) -> ScenarioResult:
         calls=_typed(s, "calls", where, "integer", 0),
         info=_object(s.get("info", {}), f"{where}.info"),
         rerun=_scenario(s["rerun"], f"{where}.rerun") if s.get("rerun") else None,  # a SUSPECT scenario's re-run
+        tv_bound=_tv_bound(s["tv_bound"], f"{where}.tv_bound") if s.get("tv_bound") else None,
     )
+
+
+def _tv_bound(value: Any, where: str) -> TVBound:
+    d = _object(value, where)
+    return TVBound(bound=_typed(d, "bound", where, "number"), confidence=_typed(d, "confidence", where, "number"),
+                   tv=_typed(d, "tv", where, "number"), sequences=_typed(d, "sequences", where, "integer"),
+                   target=_typed(d, "target", where, "number", None, optional=True))
 
 
 def _row(value: Any, where: str) -> ComparisonRow:

@@ -21,8 +21,10 @@ from pydantic_core import PydanticCustomError
 
 from specaudit.chains import logits as logits_mod
 from specaudit.chains import processing
+from specaudit.chains import serving as serving_chains
 from specaudit.chains import tabular as chains
 from specaudit.chains.lazy import ZipfChain
+from specaudit.chains.tabular import TabularChain
 from specaudit.errors import closest
 
 SCHEMA_VERSION = 1
@@ -133,15 +135,29 @@ class Zipf(_Spec):
 
     Chains with the same ``seed`` rank tokens alike in every context; ``exponent`` sets the
     sharpness. Rows are generated on demand, so V = 32k-256k fits (see specaudit.chains.lazy).
+    ``support`` > 0 puts the mass on that many ids (the last id V-1 and ids drawn from the seed
+    at or above ``lowest``): index bugs at high ids. ``dtype`` is the type of the p / q rows the
+    verifier is handed (float32 as engines hand them; the reference laws stay float64).
     """
 
     kind: Literal["zipf"]
     exponent: Annotated[float, Field(gt=0.0, le=10.0, strict=False)] = 1.0
     seed: Annotated[int, Field(ge=0)] = 0
+    support: Annotated[int, Field(ge=0)] = Field(0, description="tokens with mass: the last id and ids drawn at or above lowest (0: all)")
+    lowest: Annotated[int, Field(ge=0)] = Field(0, description="smallest id the support may hold")
+    dtype: Literal["float64", "float32"] = Field("float64", description="floating type of the p / q rows handed to the verifier")
 
     def build(self, vocab: int, role_seed: np.random.SeedSequence) -> Any:  # a ZipfChain: no tables
         """Return the lazy chain (the seed alone decides the ranks, not the role)."""
-        return ZipfChain(vocab, float(self.exponent), int(self.seed))
+        return ZipfChain(vocab, float(self.exponent), int(self.seed), int(self.support), int(self.lowest), self.dtype)
+
+    def hashed(self) -> dict[str, Any]:
+        """Return the keys that enter the content hash: defaults left out, so hashes from before these keys hold."""
+        body = self.model_dump(mode="json")
+        for key, default in (("support", 0), ("lowest", 0), ("dtype", "float64")):
+            if body[key] == default:
+                del body[key]
+        return body
 
 
 class OneHot(_Spec):
@@ -169,16 +185,60 @@ class Greedy(_Spec):
 
 
 class Sampling(_Spec):
-    """Sampling processing of one role: temperature -> top-k -> top-p -> min-p (specaudit.chains.processing)."""
+    """Sampling processing of one role: mask, bias, penalties -> temperature -> top-k -> top-p -> min-p
+    (specaudit.chains.processing). The serving keys (penalties, logit_bias, allowed_tokens) are off when omitted."""
 
     temperature: Annotated[float, Field(ge=0.0, le=1e6, strict=False)] = 1.0
     top_k: Annotated[int, Field(ge=0)] = 0
     top_p: Annotated[float, Field(gt=0.0, le=1.0, strict=False)] = 1.0
     min_p: Annotated[float, Field(ge=0.0, le=1.0, strict=False)] = 0.0
+    repetition_penalty: Annotated[float, Field(gt=0.0, le=100.0, strict=False)] | None = Field(
+        None, description="divides a positive logit, multiplies a negative one, of every token in the history (1: off)")
+    frequency_penalty: Annotated[float, Field(ge=-100.0, le=100.0, strict=False)] | None = Field(
+        None, description="subtracted per occurrence of a token in the history (0: off)")
+    presence_penalty: Annotated[float, Field(ge=-100.0, le=100.0, strict=False)] | None = Field(
+        None, description="subtracted once from every token in the history (0: off)")
+    logit_bias: dict[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=-100.0, le=100.0, strict=False)]] | None = Field(
+        None, description="token id -> bias added to its raw logit")
+    allowed_tokens: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="the structured-output mask: only these token ids may be drawn (omitted: all)")
 
     def params(self) -> processing.SamplingParams:
         """Return the parameters for the processing functions."""
-        return processing.SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
+        return processing.SamplingParams(
+            self.temperature, self.top_k, self.top_p, self.min_p,
+            1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            self.frequency_penalty or 0.0, self.presence_penalty or 0.0,
+            tuple(sorted((self.logit_bias or {}).items())),
+            None if self.allowed_tokens is None else tuple(sorted(set(self.allowed_tokens))),
+        )
+
+    def tokens(self) -> list[int]:
+        """Return every token id the serving keys name (bias and mask)."""
+        return [*(self.logit_bias or {}), *(self.allowed_tokens or [])]
+
+
+#: The keys of :class:`Sampling` and of a scenario that are left out of the content hash when unset.
+_SERVING_KEYS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "allowed_tokens", "mix")
+#: Largest joint state space (history states of a penalised target x drafter states) of one request class: the
+#: exact round laws hold dense [S, S] kernels (2048 states: 32 MiB each).
+MAX_HISTORY_STATES = 2048
+
+
+class MixClass(_Spec):
+    """One request class of a batch mix: its share of the requests and its sampling parameters."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    weight: Annotated[float, Field(gt=0.0, le=1.0, strict=False)]
+    target: Sampling = Field(Sampling(), description="the target's processing for requests of this class")
+    draft: Sampling | None = Field(
+        None, description="the drafter's processing (omitted: the target's, without penalties)")
+
+    def draft_params(self) -> processing.SamplingParams:
+        """Return the drafter's parameters: its own, else the target's without the history-dependent penalties."""
+        if self.draft is not None:
+            return self.draft.params()
+        return self.target.params().replace(repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0)
 
 
 class Logits(_Spec):
@@ -309,6 +369,11 @@ class Scenario(_Spec):
     adapter: AdapterSpec | None = Field(
         None, description="adapter the target is driven with, a name or {name, options}; --adapter overrides it"
     )
+    mix: list[MixClass] | None = Field(
+        None,
+        description="a batch mix of request classes (weights summing to 1), each with its own target and drafter "
+        "sampling; every request draws its class; target and draft must be kind logits",
+    )
     mode: Literal["sample", "greedy", "exact"] = Field(
         "sample",
         description="sample: statistical checks of the sampled law; greedy: temperature 0, every sequence must "
@@ -336,7 +401,64 @@ class Scenario(_Spec):
         for role in ("target", "draft"):
             self._check_chain_shape(role, getattr(self, role))
         self._check_algorithm()
+        self._check_serving()
         return self
+
+    def _samplings(self) -> list[tuple[str, str, Sampling]]:
+        """Return (where, role, sampling) of every processing the scenario names."""
+        found = [(f"{role}.sampling", role, spec.sampling) for role in ("target", "draft")
+                 if isinstance(spec := getattr(self, role), (Logits, SameLogitsAsTarget))]
+        for i, cls in enumerate(self.mix or []):
+            found.append((f"mix[{i}].target", "target", cls.target))
+            if cls.draft is not None:
+                found.append((f"mix[{i}].draft", "draft", cls.draft))
+        return found
+
+    def _check_serving(self) -> None:
+        """Check the serving keys: token ids in the vocabulary, penalties on the target only, a mix on logits chains."""
+        v = self.vocab
+        penalised = False
+        for where, role, sampling in self._samplings():
+            bad = [t for t in sampling.tokens() if t >= v]
+            if bad:
+                raise ValueError(f"{where}: token ids {bad} are not in the vocabulary; allowed: 0..{v - 1}")
+            if sampling.params().penalised:
+                if role == "draft":
+                    raise ValueError(f"{where}: penalties apply to the target only (the drafter's law must not depend on "
+                                     "the history, so exact references stay small); allowed: no penalty keys here")
+                penalised = True
+        if self.mix is not None:
+            if not isinstance(self.target, Logits) or not isinstance(self.draft, (Logits, SameLogitsAsTarget)):
+                raise ValueError("mix needs target kind logits and draft kind logits or same_logits_as_target (raw logits "
+                                 f"each class processes), got {self.target.kind!r} and {self.draft.kind!r}")
+            for role in ("target", "draft"):
+                if getattr(self, role).sampling != Sampling():
+                    raise ValueError(f"{role}.sampling is set with a mix; each mix class gives the processing (mix[i].target, "
+                                     f"mix[i].draft): allowed: omit {role}.sampling")
+            names = [c.name for c in self.mix]
+            if len(set(names)) != len(names):
+                raise ValueError(f"mix: class names must be unique, got {names}")
+            total = sum(c.weight for c in self.mix)
+            if abs(total - 1.0) > SUM_TOLERANCE:
+                raise ValueError(f"mix weights sum to {total:.9g}; they must sum to 1 within {SUM_TOLERANCE:g}")
+            if len(self.mix) * self.joint_cells > MAX_JOINT_CELLS:
+                raise ValueError(f"mix: {len(self.mix)} classes x V**L = {len(self.mix) * self.joint_cells:,} (class, "
+                                 f"sequence) cells; allowed: at most {MAX_JOINT_CELLS:,} (the joint law is counted per class)")
+        if (self.mix is not None or penalised) and (self.algorithm != "chain" or self.mode != "sample"):
+            raise ValueError(f"mix and penalties need algorithm: chain and mode: sample, got {self.algorithm} / {self.mode}"
+                             " (a greedy request class is a mix class at temperature 0)")
+        if penalised:
+            base = _states(self.target, v) or v
+            drafter = base if isinstance(self.draft, SameLogitsAsTarget) else (_states(self.draft, v) or v)
+            states = serving_chains.history_states(base, v, self._history_depth()) * drafter
+            if states > MAX_HISTORY_STATES:
+                raise ValueError(f"penalties: the target's law depends on token counts; up to {states:,} joint (history, "
+                                 f"drafter) states at vocab {v}, length + k - 1 = {self._history_depth()}; allowed: at most "
+                                 f"{MAX_HISTORY_STATES:,} (smaller vocab, length or k, or 1-row logits matrices)")
+
+    def _history_depth(self) -> int:
+        """Return the longest history a verifier reads: L - 1 tokens generated, then k drafts."""
+        return self.length - 1 + self.k
 
     def _check_algorithm(self) -> None:
         if (self.algorithm == "tree") != (self.tree is not None):
@@ -376,6 +498,9 @@ class Scenario(_Spec):
                 raise ValueError(f"{role}.matrix must be 1 x {v} (context-free) or {v} x {v} (first-order) logits")
             if spec.start >= v:
                 raise ValueError(f"{role}.start = {spec.start}; allowed: 0..{v - 1}")
+        if isinstance(spec, Zipf) and (spec.lowest >= v or spec.support > v - spec.lowest):
+            raise ValueError(f"{role}: support = {spec.support} tokens at or above lowest = {spec.lowest}; allowed with vocab "
+                             f"{v}: lowest <= {v - 1}, support <= vocab - lowest")
         if isinstance(spec, (OneHot, Greedy)) and isinstance(spec.base, Zipf):
             raise ValueError(f"{role}.base: kind zipf is lazy (no tables); allowed bases: context_free, markov, dirichlet, logits")
         if role == "draft" and isinstance(self.target, Zipf) != (
@@ -445,7 +570,25 @@ class Scenario(_Spec):
         return sorted(needs, reverse=True)
 
     def chains(self) -> tuple[chains.TabularChain, chains.TabularChain]:
-        """Build (target, drafter) chains; draft kinds that refer to the target are resolved here."""
+        """Build (target, drafter) chains; draft kinds that refer to the target are resolved here.
+
+        A batch mix becomes the union of its classes (:class:`specaudit.chains.serving.MixedChain`), a
+        penalised target a chain on its history's token counts (:class:`~specaudit.chains.serving.HistoryChain`).
+        """
+        target, draft = self._base_chains()
+        depth = self._history_depth()
+        if self.mix is not None:
+            assert isinstance(target, logits_mod.LogitsChain) and isinstance(draft, logits_mod.LogitsChain)  # validated
+            t = tuple(serving_chains.with_params(target, c.target.params(), depth) for c in self.mix)
+            d = tuple(serving_chains.with_params(draft, c.draft_params(), depth) for c in self.mix)
+            weights, names = np.array([c.weight for c in self.mix]), tuple(c.name for c in self.mix)
+            return serving_chains.mixed(t, weights, names), serving_chains.mixed(d, weights, names)
+        if isinstance(target, logits_mod.LogitsChain) and target.params.penalised:
+            target = serving_chains.history_chain(target, target.params, depth)
+        return target, draft
+
+    def _base_chains(self) -> tuple[TabularChain, TabularChain]:
+        """Build (target, drafter) as the chain kinds say, before any mix or history."""
         target = self.target.build(self.vocab, np.random.SeedSequence([0]))
         spec = self.draft
         if isinstance(spec, SameAsTarget):
@@ -466,4 +609,22 @@ class Scenario(_Spec):
             del body["algorithm"], body["tree"]
         if body.get("mode") == "sample":  # hashes from before the greedy and exact modes hold
             del body["mode"]
+        _drop_unset(body)  # hashes from before the serving keys (penalties, bias, mask, mix) hold
+        for role in ("target", "draft"):
+            spec = getattr(self, role)
+            if isinstance(spec, Zipf):
+                body[role] = spec.hashed()
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _drop_unset(body: Any) -> None:
+    """Remove the serving keys left unset (None) from a dumped scenario, at any depth."""
+    if isinstance(body, dict):
+        for key in _SERVING_KEYS:
+            if key in body and body[key] is None:
+                del body[key]
+        for value in body.values():
+            _drop_unset(value)
+    elif isinstance(body, list):
+        for value in body:
+            _drop_unset(value)

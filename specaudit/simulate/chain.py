@@ -24,8 +24,18 @@ import numpy as np
 
 from specaudit.chains.tabular import TabularChain
 from specaudit.contract.chain import validate_output
+from specaudit.contract.logits import Rows
 from specaudit.simulate import kernels
-from specaudit.simulate.tables import GARBAGE_POOL, alias_tables, garbage_pool, joint_tables, rows_within, tabular, warm
+from specaudit.simulate.tables import (
+    GARBAGE_POOL,
+    alias_tables,
+    garbage_pool,
+    joint_tables,
+    lazy,
+    rows_within,
+    tabular,
+    warm,
+)
 from specaudit.simulate.tallies import JointCounts, RoundStats, Sink
 
 __all__ = [
@@ -73,6 +83,7 @@ class _Joint:
         self.path_states = t["path_states"]  # [S*P, m+1]: state before each token, then after
         self.nxt = t["nxt"]
         self.start = t["start"]
+        self.starts = t["starts"]  # the start state of every request class (a batch mix: chains.serving)
         n_states = t["n_states"]
         self.p_table = np.concatenate([t["p_payload"], target.payload_of(pool)])
         self.q_table = np.concatenate([t["q_payload"], draft.payload_of(pool)])
@@ -148,10 +159,21 @@ class _Joint:
 
 
 class _Pair:
-    """Target and drafter asked for rows on demand (lazy chains, or tables too large to hold)."""
+    """Target and drafter asked for rows on demand (lazy chains, or tables too large to hold).
+
+    Payload rows are written into the caller's buffers in place. A padding slot (a row past
+    ``num_draft``) gets a garbage row only when it does not hold one already: slot ``r`` of the
+    current call layout keeps its garbage while it stays padding, as an engine's reused buffer
+    keeps whatever it held (``held`` marks those slots; a new layout starts with none).
+    """
 
     def __init__(self, target: Any, draft: Any, k: int, pool: np.ndarray):
-        self.target, self.drafter, self.k, self.pool = target, draft, k, pool
+        self.target, self.drafter, self.k = target, draft, k
+        # the pool in each payload form, converted once (not per call)
+        self.pools = (target.payload_of(pool), draft.payload_of(pool))
+        self.p_dtype, self.q_dtype = self.pools[0].dtype, self.pools[1].dtype
+        self.layout = -1  # call width the held marks refer to
+        self.held = [np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)]
 
     def new_states(self, n: int) -> list[np.ndarray]:
         return [self.target.start_states(n), self.drafter.start_states(n)]
@@ -161,39 +183,83 @@ class _Pair:
         states[1][idx] = self.drafter.start_states(idx.size)
 
     def draft(self, states: list[np.ndarray], n: int, rng: np.random.Generator, dx: np.ndarray, at: list[np.ndarray]) -> None:
+        """Draw ``dx.shape[1] - 1`` drafts per row into ``dx``; the states at every position into ``at``."""
+        k = dx.shape[1] - 1
         s_t, s_d = states[0][:n], states[1][:n]
-        u = rng.random((self.k, n))
-        for i in range(self.k):
+        u = rng.random((k, n))
+        for i in range(k):
             at[0][:, i], at[1][:, i] = s_t, s_d
             x = self.drafter.sample(s_d, u[i])
             dx[:, i] = x
             s_t, s_d = self.target.advance(s_t, x), self.drafter.advance(s_d, x)
-        at[0][:, self.k], at[1][:, self.k] = s_t, s_d
+        at[0][:, k], at[1][:, k] = s_t, s_d
 
-    def _fill(self, chain: Any, out: np.ndarray, states: np.ndarray, pad, rng) -> None:
-        """Write payload rows; generated in slices so temporaries stay within LAZY_ROWS rows."""
+    def _fill(self, chain: Any, out: np.ndarray, states: np.ndarray, pad, held: np.ndarray, pool: np.ndarray, rng) -> None:
+        """Write the valid payload rows, and garbage into padding slots that hold none yet."""
         flat = out.reshape(-1, out.shape[-1])
+        valid = np.arange(flat.shape[0]) if pad is None else np.flatnonzero(~pad.ravel())
+        todo = states.ravel()[valid]
         into = getattr(chain, "payload_into", None)
-        if into is not None:  # rows written in place, padding rows too (overwritten below): no temporaries
-            into(states.ravel(), flat)
-            if pad is not None and pad.any():
-                flat[np.flatnonzero(pad.ravel())] = chain.payload_of(self.pool[rng.integers(GARBAGE_POOL, size=int(pad.sum()))])
-            return
-        where = np.arange(states.size) if pad is None else np.flatnonzero(~pad.ravel())
-        todo = states.ravel()[where]
-        for lo in range(0, where.size, LAZY_ROWS):
-            flat[where[lo : lo + LAZY_ROWS]] = chain.payload(todo[lo : lo + LAZY_ROWS])
-        if pad is not None and pad.any():
-            flat[np.flatnonzero(pad.ravel())] = chain.payload_of(self.pool[rng.integers(GARBAGE_POOL, size=int(pad.sum()))])
+        if into is not None:  # rows written in place: no temporaries
+            into(todo, flat, valid)
+        else:  # generated in slices so temporaries stay within LAZY_ROWS rows
+            for lo in range(0, valid.size, LAZY_ROWS):
+                flat[valid[lo : lo + LAZY_ROWS]] = chain.payload(todo[lo : lo + LAZY_ROWS])
+        held[valid] = False
+        if pad is not None:
+            need = np.flatnonzero(pad.ravel() & ~held[: flat.shape[0]])
+            for r, g in zip(need.tolist(), rng.integers(GARBAGE_POOL, size=need.size).tolist()):
+                flat[r] = pool[g]
+            held[need] = True
 
     def fill(self, p: np.ndarray, q: np.ndarray, at: list[np.ndarray], pad_p, pad_q, rng) -> None:
-        self._fill(self.target, p, at[0], pad_p, rng)
-        self._fill(self.drafter, q, at[1][:, : self.k], pad_q, rng)
+        if p.shape[1] != self.layout or self.held[0].size < p.shape[0] * p.shape[1]:  # slots moved: nothing held
+            self.layout = p.shape[1]
+            self.held = [np.zeros(p.shape[0] * p.shape[1], dtype=bool), np.zeros(q.shape[0] * q.shape[1], dtype=bool)]
+        self._fill(self.target, p, at[0], pad_p, self.held[0], self.pools[0], rng)
+        self._fill(self.drafter, q, at[1][:, : q.shape[1]], pad_q, self.held[1], self.pools[1], rng)
 
     def advance(self, states: list[np.ndarray], n: int, at: list[np.ndarray], acc: np.ndarray, last: np.ndarray) -> None:
         rows = np.arange(n)
         states[0][:n] = self.target.advance(at[0][rows, acc], last)
         states[1][:n] = self.drafter.advance(at[1][rows, acc], last)
+
+
+class _Requests:
+    """The request class of every batch slot, and what a per-row verifier is handed each call (serving scenarios).
+
+    A batch mix (:class:`specaudit.chains.serving.MixedChain`) draws each new request's class
+    from the harness generator and starts it in that class's start state; its finished sequences
+    reach the sinks with the class as a leading column. A verifier bound per row
+    (``wants_rows``: :func:`specaudit.contract.logits.bind`) gets :class:`Rows` as a sixth
+    argument: every row's class and history. Other scenarios draw nothing more (same streams).
+    """
+
+    def __init__(self, target: Any, pair: Any, width: int, verify: Callable):
+        weights = getattr(target, "weights", None)
+        self.cdf = None if weights is None else np.cumsum(weights)[:-1]
+        self.starts: np.ndarray = getattr(pair, "starts", np.zeros(1, dtype=np.int64))
+        self.klass = np.zeros(width, dtype=np.int64)
+        self.per_row = bool(getattr(verify, "wants_rows", False))
+
+    @property
+    def serving(self) -> bool:
+        """Return True when rows have classes or the verifier wants them (the numpy path only)."""
+        return self.cdf is not None or self.per_row
+
+    def start(self, states: list[np.ndarray], idx: np.ndarray, rng: np.random.Generator) -> None:
+        """Draw the class of the requests starting in slots ``idx`` and set their start states."""
+        if self.cdf is not None and idx.size:
+            self.klass[idx] = np.searchsorted(self.cdf, rng.random(idx.size), side="right")
+            states[0][idx] = self.starts[self.klass[idx]]
+
+    def rows(self, n: int, buf: np.ndarray, pos: np.ndarray) -> tuple[Rows, ...]:
+        """Return the extra argument of a per-row verifier's call (none for others)."""
+        return (Rows(self.klass[:n].copy(), buf[:n], pos[:n].copy()),) if self.per_row else ()
+
+    def tagged(self, finished: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Return finished sequences, with their class as a leading column in a batch mix."""
+        return finished if self.cdf is None else np.column_stack((self.klass[done], finished))
 
 
 def _validate(result: Any, drafts_ext: np.ndarray, nd: np.ndarray, vocab: int, col: np.ndarray):
@@ -271,6 +337,13 @@ def simulate(
     Finished sequences go to every sink. Raises ContractError on the first malformed output.
     The batch holds at most ``plan.batch`` rows and at most what ``max_memory`` bytes allow
     (p and q cost (2K+1) V floats per row).
+
+    Lazy chains (no tables, hence no exact round law to keep: :func:`specaudit.simulate.tables.lazy`)
+    are driven the way an engine drives a large vocabulary: a row drafts at most the tokens its
+    sequence still needs (``min(num_draft, L - 1 - position)``), a call is as wide as its longest
+    draft (K' = max num_draft; vLLM's ``max_spec_len``), and the rows live in buffers reused
+    across calls, with padding slots that already hold garbage left as they are (:class:`_Pair`).
+    The output law is the same; the batch is sized for K' = min(K, L - 1).
     """
     vocab, k, length = target.vocab, len(plan.draft_law) - 1, plan.length
     stats = RoundStats(k)
@@ -279,25 +352,33 @@ def simulate(
     law = np.asarray(plan.draft_law, dtype=np.float64)
     fixed = int(np.argmax(law)) if np.count_nonzero(law) == 1 else None
     law_cdf = np.cumsum(law)[:-1]
-    width = max(1, min(plan.batch, plan.samples, rows_within(max_memory, vocab, k)))
+    lean = lazy(target) or lazy(draft)  # capped drafts, calls as wide as their longest draft
+    kmax = min(k, length - 1) if lean else k  # the widest call
+    p_dtype = pair.p_table.dtype if isinstance(pair, _Joint) else pair.p_dtype
+    q_dtype = pair.q_table.dtype if isinstance(pair, _Joint) else pair.q_dtype
+    itemsize = max(p_dtype.itemsize, q_dtype.itemsize)
+    width = max(1, min(plan.batch, plan.samples, rows_within(max_memory, vocab, kmax, itemsize)))
     col = np.arange(k + 1)
-    ragged = fixed is None or fixed < k
+    ragged = fixed is None or fixed < k or lean
 
     # per-slot state of the batch; slots are compacted when the last sequences drain
     states = pair.new_states(width)
+    requests = _Requests(target, pair, width, verify)
+    requests.start(states, np.arange(width), rng)
     pos = np.zeros(width, dtype=np.int64)
     rounds = np.zeros(width, dtype=np.int64)
     tokens = np.zeros(width, dtype=np.int64)
     buf = np.zeros((width, length + k + 1), dtype=np.int64)  # slack: a whole out row fits
-    p_buf = np.empty((width, k + 1, vocab), dtype=getattr(pair, "p_table", np.empty(0)).dtype)
-    q_buf = np.empty((width, k, vocab), dtype=getattr(pair, "q_table", np.empty(0)).dtype)
-    at_buf = [np.empty((width, k + 1), dtype=s.dtype) for s in states]
-    d_ext = np.full((width, k + 1), -1, dtype=np.int64)
+    # flat buffers, viewed per call as contiguous [n, K'+1, V] and [n, K', V] (K' = k unless lean)
+    p_flat = np.empty(width * (kmax + 1) * vocab, dtype=p_dtype)
+    q_flat = np.empty(width * kmax * vocab, dtype=q_dtype)
+    at_buf = [np.empty((width, kmax + 1), dtype=s.dtype) for s in states]
+    d_flat = np.full(width * (kmax + 1), -1, dtype=np.int64)  # drafts, then a -1 column
     started = width
     n = width
     row_stride = buf.shape[1]
     bins = 2 * (k + 1)
-    kern = kernels.load() if isinstance(pair, _Joint) else None
+    kern = kernels.load() if isinstance(pair, _Joint) and not requests.serving else None
     tab = cast(_Joint, pair)  # the compiled loops (kern set) read the joint tables
     observers = list(sinks)
     if kern is not None:
@@ -313,17 +394,24 @@ def simulate(
         no_block = np.empty((0, 0))
 
     nd_fixed = np.full(width, fixed if fixed is not None else 0, dtype=np.int64)
+    kc = k
     while n:
         if fixed is not None:
             nd = nd_fixed[:n]
         else:
             nd = np.searchsorted(law_cdf, rng.random(n), side="right").astype(np.int64)
+        if lean:  # draft no more than the sequence still needs; the call is as wide as its longest draft
+            nd = np.minimum(nd, length - 1 - pos[:n])
+            kc = int(nd.max())
+            col = np.arange(kc + 1)
 
         # drafts along the drafter's chain; states at every draft position and the bonus.
         # States past num_draft keep advancing: their payload is replaced by garbage anyway.
-        at = [a[:n] for a in at_buf]
-        dx = d_ext[:n]
-        p, q = p_buf[:n], q_buf[:n]
+        at = [a[:n, : kc + 1] for a in at_buf]
+        dx = d_flat[: n * (kc + 1)].reshape(n, kc + 1)
+        dx[:, kc] = -1
+        p = p_flat[: n * (kc + 1) * vocab].reshape(n, kc + 1, vocab)
+        q = q_flat[: n * kc * vocab].reshape(n, kc, vocab)
         if kern is not None:  # the same draws as the numpy code below, in compiled loops
             u = rng.random((tab.blocks, n))
             if ragged:
@@ -340,15 +428,15 @@ def simulate(
             pad_p = col[None, :] > nd[:, None]
             pad_q = pad_p[:, 1:] if k else pad_p[:, :0]  # position i >= nd  <=>  i + 1 > nd
             pair.fill(p, q, at, pad_p, pad_q, rng)
-            dx[:, :k] = np.where(pad_q, rng.integers(vocab, size=pad_q.shape), dx[:, :k])
+            dx[:, :kc] = np.where(pad_q, rng.integers(vocab, size=pad_q.shape), dx[:, :kc])
         else:
             pair.draft(states, n, rng, dx, at)
             pair.fill(p, q, at, None, None, rng)
         if kern is None:
-            d_ids = dx[:, :k].copy()  # the verifier may write to its inputs
+            d_ids = dx[:, :kc].copy()  # the verifier may write to its inputs
 
         t0 = time.perf_counter()
-        result = verify(d_ids, q, p, nd.copy(), verifier_rng)
+        result = verify(d_ids, q, p, nd.copy(), verifier_rng, *requests.rows(n, buf, pos))
         stats.verifier_seconds += time.perf_counter() - t0
         stats.calls += 1
         if kern is not None:
@@ -382,10 +470,11 @@ def simulate(
         stats.finish(rounds[done], tokens[done])
         if done.size:
             for sink in observers:
-                sink.observe(finished)
+                sink.observe(requests.tagged(finished, done))
             refill = done[: max(0, plan.samples - started)]
             if refill.size:
                 pair.reset(states, refill)
+                requests.start(states, refill, rng)
                 pos[refill] = rounds[refill] = tokens[refill] = 0
                 started += refill.size
             if refill.size < done.size:  # drain: keep the unfinished slots, compacted in front
@@ -393,7 +482,7 @@ def simulate(
                 keep[done[refill.size :]] = False
                 live = np.flatnonzero(keep)
                 m = live.size
-                for arr in (*states, pos, rounds, tokens, buf):
+                for arr in (*states, pos, rounds, tokens, buf, requests.klass):
                     arr[:m] = arr[live]
                 n = m
             if progress is not None:

@@ -26,6 +26,7 @@ __all__ = [
     "alias_tables",
     "garbage_pool",
     "joint_tables",
+    "lazy",
     "rows_within",
     "tabular",
     "warm",
@@ -41,8 +42,8 @@ TABLE_ENTRIES = 1 << 24
 PATH_ENTRIES = 1 << 14
 #: Whole-block payload tables (p and q of every (state, K-path)) hold at most this many entries.
 BLOCK_ENTRIES = 1 << 21
-#: Working-set bytes per payload entry: p and q, plus the verifier's own temporaries.
-_BYTES_PER_ENTRY = 8 * 3
+#: Working-set bytes per payload entry, in payload items: p and q, plus the verifier's own temporaries.
+_ITEMS_PER_ENTRY = 3
 
 
 def garbage_pool(vocab: int, rng: np.random.Generator) -> np.ndarray:
@@ -83,6 +84,16 @@ def alias_tables(dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return thr.ravel(), ali.ravel()
 
 
+def lazy(chain: Any) -> bool:
+    """Return True for a chain generated on demand (no state tables, e.g. :mod:`specaudit.chains.lazy`).
+
+    Such a chain has no finite state space, so no check reads an exact round law of it
+    (``Scenario.lazy``: per-prefix and PIT checks only) and the simulator may drive it the way
+    an engine does (capped drafts; :func:`specaudit.simulate.chain.simulate`).
+    """
+    return not isinstance(getattr(chain, "nxt", None), np.ndarray)
+
+
 def tabular(chain: Any) -> bool:
     """Return True when ``chain`` has tables (dist and nxt arrays) small enough to hold."""
     dist = getattr(chain, "dist", None)
@@ -90,8 +101,8 @@ def tabular(chain: Any) -> bool:
 
 
 def _reachable_pairs(target: Any, draft: Any) -> np.ndarray:
-    """Return the (target, drafter) state pairs reachable from the start pair, [S, 2]."""
-    seen = {(int(target.start), int(draft.start))}
+    """Return the (target, drafter) state pairs reachable from the start pairs, [S, 2]."""
+    seen = set(_start_pairs(target, draft))
     frontier = np.array(sorted(seen), dtype=np.int64)
     while frontier.size:
         nt = target.nxt[frontier[:, 0]].ravel()
@@ -100,6 +111,13 @@ def _reachable_pairs(target: Any, draft: Any) -> np.ndarray:
         seen |= new
         frontier = np.array(sorted(new), dtype=np.int64).reshape(-1, 2)
     return np.array(sorted(seen), dtype=np.int64)
+
+
+def _start_pairs(target: Any, draft: Any) -> list[tuple[int, int]]:
+    """Return the (target, drafter) start pair of every request class (one, unless a batch mix)."""
+    t_starts = getattr(target, "starts", [target.start])  # a batch mix: one start per class (chains.serving)
+    d_starts = getattr(draft, "starts", [draft.start])
+    return [(int(a), int(b)) for a, b in zip(t_starts, d_starts)]
 
 
 @functools.lru_cache(maxsize=16)
@@ -140,6 +158,7 @@ def joint_tables(target: Any, draft: Any, k: int) -> dict[str, Any]:
         "path_states": path_states,
         "nxt": nxt,
         "start": code[(int(target.start), int(draft.start))],
+        "starts": np.array([code[pair] for pair in _start_pairs(target, draft)], dtype=np.int64),
         "n_states": n_states,
         "p_payload": p_payload,
         "q_payload": q_payload,
@@ -158,6 +177,9 @@ def warm(target: Any, draft: Any, k: int) -> None:
         kernels.load()
 
 
-def rows_within(max_memory: int, vocab: int, k: int) -> int:
-    """Return how many batch rows fit the working-set budget ``max_memory`` (at least 1)."""
-    return max(1, int(max_memory) // (_BYTES_PER_ENTRY * vocab * (2 * k + 1)))
+def rows_within(max_memory: int, vocab: int, k: int, itemsize: int = 8) -> int:
+    """Return how many batch rows of K = ``k`` fit the working-set budget ``max_memory`` (at least 1).
+
+    A row holds (2k + 1) V payload entries of ``itemsize`` bytes (float64: 8, float32: 4).
+    """
+    return max(1, int(max_memory) // (_ITEMS_PER_ENTRY * itemsize * vocab * (2 * k + 1)))

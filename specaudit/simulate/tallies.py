@@ -32,11 +32,17 @@ class Sink(Protocol):
 
 
 class JointCounts:
-    """Counts of whole sequences, cell index = sum_t x_t V**(L-1-t)."""
+    """Counts of whole sequences, cell index = sum_t x_t V**(L-1-t).
 
-    def __init__(self, vocab: int, length: int):
+    With ``classes`` > 1 (a batch mix: :mod:`specaudit.chains.serving`) the sequences arrive with
+    their request class as a leading column and the cell is ``class * V**L + sequence``.
+    """
+
+    def __init__(self, vocab: int, length: int, classes: int = 1):
         self.weights = vocab ** np.arange(length - 1, -1, -1, dtype=np.int64)
-        self.counts = np.zeros(vocab**length, dtype=np.int64)
+        if classes > 1:
+            self.weights = np.concatenate([[vocab**length], self.weights]).astype(np.int64)
+        self.counts = np.zeros(classes * vocab**length, dtype=np.int64)
 
     def observe(self, sequences: np.ndarray) -> None:
         """Add the sequences' cells to the counts."""

@@ -13,6 +13,10 @@ Distribution tails
 Sequential early stop
     :func:`look_schedule`, :func:`spending`, :func:`stop_level`, :class:`Track`, :func:`decisive`
     (:mod:`~specaudit.stats.sequential`: why family-wise alpha holds).
+Certificate
+    :func:`~specaudit.stats.certificate.tv_upper_bound` (an upper confidence bound on TV to the
+    exact law, valid for every law and N), :func:`~specaudit.stats.certificate.samples_to_certify`
+    (:mod:`~specaudit.stats.certificate`: the proof, candidates compared).
 Power and sample size
     :func:`power_against`, :func:`simulated_power`, :func:`noncentrality_for_power`,
     :func:`detectable_tv`, :func:`samples_for_tv`, :func:`samples_for_law`

@@ -30,6 +30,11 @@ needs grow like log(M/alpha), so by a few percent), and the power figures
 (``specaudit.analysis.power``) describe the fixed-N design. Hence early stop is opt-in (``--early-stop``): it speeds up *failing*
 runs, which is what a developer iterating on a broken verifier wants, and changes nothing a
 passing CI run needs.
+
+The same looks and weights carry the TV certificate (``--certify-tv EPS``,
+:mod:`specaudit.stats.certificate`): look ``j`` reports the TV bound at alpha ``w_j``, so by the
+same union bound the bounds of all looks hold together at 1 - alpha, and a scenario also stops at
+the first look whose bound is at most EPS (:func:`specaudit.engine.scenario.run_scenarios`).
 """
 
 from __future__ import annotations

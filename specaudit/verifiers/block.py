@@ -28,7 +28,8 @@ from typing import Literal
 import numpy as np
 
 from specaudit.chains.sampling import final_token
-from specaudit.contract.chain import assemble, chain_inputs
+from specaudit.contract.chain import assemble, chain_inputs, draw_uniforms, row_generators
+from specaudit.verifiers.reference import bad_rows, raise_bad_p
 
 
 def _ratio(p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray:
@@ -52,7 +53,16 @@ def block_verify(
     batch: int
     batch, k = draft.shape
     rows = np.arange(batch)
-    eta = rng.random((batch, k))
+    # The bad-row rule (specaudit.checks.bad_rows): a bad q row ends the block there, so its draft is not
+    # accepted and, when every draft before it is kept, the token there is Y ~ p at that position (a block
+    # of that length: lossless, Sun et al. Thm. 1 holds for any block length); a bad p row read raises.
+    bad_q = (np.arange(k)[None, :] < num_draft[:, None]) & bad_rows(q)
+    if bad_q.any():
+        num_draft = np.where(bad_q.any(axis=1), np.argmax(bad_q, axis=1), num_draft)
+    bad_p = (np.arange(k + 1)[None, :] <= num_draft[:, None]) & bad_rows(p)
+    if bad_p.any():
+        raise_bad_p(bad_p, p)
+    eta, v = draw_uniforms(rng, num_draft, k)  # one Generator, or per-request generators (RowGenerators)
     weight = np.ones(batch)  # P_i
     tau = np.zeros(batch, dtype=np.int64)
     weight_tau = np.ones(batch)  # P_tau
@@ -84,10 +94,11 @@ def block_verify(
         scaled = weight_tau[:, None] * target if scale else target  # bug when not scaled by P_tau
         residual = np.maximum(scaled - q[rows, np.minimum(tau, k - 1)], 0.0)
     # A residual with no mass has probability 0 (Sun et al., Lemma 2); final_token keeps rounding from NaN.
-    token = final_token(target, residual, ~all_in, rng.random(batch))
+    token = final_token(target, residual, ~all_in, v)
     return assemble(draft, tau, token)
 
 
+@row_generators
 def verify(
     draft: np.ndarray,
     q: np.ndarray,

@@ -7,16 +7,24 @@ Bad input rows follow the bad-row rule of :mod:`specaudit.checks.bad_rows` (a ro
 no law to draw from); a bad q row makes the draft there rejected and the token there is drawn
 from p itself, which keeps the output law (vLLM #41834: an all-NaN draft row recovered token 0,
 the rejected draft). Rows past ``num_draft`` are padding and are never read, bad or not.
+
+It takes per-request generators (:func:`specaudit.contract.chain.row_generators`): a seeded row's
+uniforms come from its own generator, ``num_draft[b] + 1`` of them
+(:func:`specaudit.contract.chain.draw_uniforms`, as vLLM's ``generate_uniform_probs``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from specaudit.chains.sampling import final_token
-from specaudit.contract.chain import assemble, chain_inputs
+from specaudit.contract.chain import assemble, chain_inputs, draw_uniforms, row_generators
 
 
+@row_generators
 @chain_inputs
 def verify(
     draft: np.ndarray,
@@ -24,6 +32,8 @@ def verify(
     p: np.ndarray,
     num_draft: np.ndarray,
     rng: np.random.Generator,
+    *,
+    draw: Callable[[Any, np.ndarray, int], tuple[np.ndarray, np.ndarray]] = draw_uniforms,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Verify a batch of ragged draft chains; return ``(out[B, K+1], n_out[B])``.
 
@@ -35,6 +45,8 @@ def verify(
 
     Raises ValueError naming the rows when a p row it reads holds NaN / inf or no mass; a q row
     like that is not trusted: the draft there is rejected and the token drawn from p (lossless).
+    ``draw`` makes the round's uniforms (:func:`specaudit.contract.chain.draw_uniforms`; the seeding
+    mutants of :mod:`specaudit.verifiers.zoo.seeded` swap it).
     """
     batch: int
     batch, k = draft.shape
@@ -42,12 +54,11 @@ def verify(
     valid = np.arange(k)[None, :] < num_draft[:, None]
     safe = np.where(valid, draft, 0)  # padding ids may be garbage: never index with them
     read_p = np.arange(k + 1)[None, :] <= num_draft[:, None]
-    bad_p = read_p & _bad(p)
+    bad_p = read_p & bad_rows(p)
     if bad_p.any():
-        raise ValueError(f"bad probability rows in p (NaN, inf or no mass): {_where(bad_p, p, 'p')}; a verifier has no "
-                         "law to draw these rows' tokens from")
-    bad_q = valid & _bad(q)  # not trusted: the draft there is rejected and the token drawn from p
-    u = rng.random((batch, k))
+        raise_bad_p(bad_p, p)
+    bad_q = valid & bad_rows(q)  # not trusted: the draft there is rejected and the token drawn from p
+    u, v = draw(rng, num_draft, k)  # one Generator, or per-request generators (RowGenerators)
     p_x = np.take_along_axis(p[:, :k], safe[..., None], axis=2)[..., 0]
     q_x = np.take_along_axis(q, safe[..., None], axis=2)[..., 0]
     accepted = valid & (u * q_x < p_x) & ~bad_q
@@ -62,25 +73,31 @@ def verify(
         with np.errstate(invalid="ignore"):  # NaN in a bad q row: its residual is not used
             residual = np.maximum(target - q[rows, at], 0.0)
         rejected = rejected_by_q
-    token = final_token(target, residual, rejected, rng.random(batch))
+    token = final_token(target, residual, rejected, v)
     return assemble(draft, n_acc, token)
 
 
-def _bad(rows: np.ndarray) -> np.ndarray:
+def bad_rows(rows: np.ndarray) -> np.ndarray:
     """Return where a probability row (last axis) holds NaN or +-inf, or no positive mass (one pass: the row sum)."""
     with np.errstate(invalid="ignore", over="ignore"):
         total = np.einsum("...v->...", rows)  # NaN / inf propagate; 3-4x faster than sum(axis=-1) at small V
     return ~(np.isfinite(total) & (total > 0))
 
 
-def _where(bad: np.ndarray, rows: np.ndarray, name: str, most: int = 4) -> str:
-    """Name the first bad rows as ``row b (p[b, j]: all NaN)``."""
+def raise_bad_p(bad: np.ndarray, p: np.ndarray) -> None:
+    """Raise ValueError naming the bad p rows a verifier read (the bad-row rule: no law to draw from)."""
+    raise ValueError(f"bad probability rows in p (NaN, inf or no mass): {where_bad(bad, p, 'p')}; a verifier has no "
+                     "law to draw these rows' tokens from")
+
+
+def where_bad(bad: np.ndarray, rows: np.ndarray, name: str, most: int = 4) -> str:
+    """Name the first bad rows as ``row b (p[b, j]: all NaN)`` (``name`` ending in ``logits``: -inf entries are mass 0)."""
     found = np.argwhere(bad)
     parts = []
     for b, j in found[:most].tolist():
         row = rows[b, j]
-        what = ("all NaN" if np.isnan(row).all() else "NaN" if np.isnan(row).any() else "inf" if np.isinf(row).any()
-                else "no mass")
+        what = ("all NaN" if np.isnan(row).all() else "NaN" if np.isnan(row).any() else "inf" if np.isposinf(row).any()
+                else "-inf" if np.isneginf(row).any() and not name.endswith("logits") else "no mass")
         parts.append(f"row {b} ({name}[{b}, {j}]: {what})")
     more = f" and {len(found) - most} more" if len(found) > most else ""
     return ", ".join(parts) + more

@@ -70,8 +70,12 @@ CONTROLS: dict[str, Control] = {
     "adversarial-uniforms": Control("corners", "reference", "mutant:leq_ratio"),
     "inputs-unmodified": Control("corners", "reference", _file("exact_broken", "mutates_p")),
     "contract-clauses": Control("corners", "reference", _file("broken", "id_equals_vocab")),
+    # a batch mix's temperature-0 classes, exactly (specaudit.checks.serving)
+    "greedy-rows": Control("serving-mix", "reference-logits", "mutant:greedy_rows_sampled", 3000, "logits"),
     # bad-row probe: exact scenarios tagged bad-rows (vLLM #41834: token 0 after an all-NaN q row)
     "bad-rows": Control("bad-rows", "reference", "mutant:nan_rows_token0"),
+    # per-request seed probe: simulated scenarios tagged seeded (alibaba/rtp-llm PR #1318: seeded rows on the shared stream)
+    "seeded-rows": Control("serving-seeded", "reference", "mutant:seeded_rows_shared_stream", 2000),
     # tree probes: run with every tree scenario (tests/verifiers/tree_broken.py, specaudit.verifiers.zoo.tree)
     "tree-one-hot": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "swapped_residual"), 2000),
     "tree-one-hot-path": Control("tree-iid-v4", "reference-tree", _file("tree_broken", "one_level"), 2000),

@@ -169,6 +169,7 @@ def test_every_mutant_fails_some_shipped_scenario_and_passes_where_its_quantity_
         name: specaudit.run(f"specaudit.verifiers.zoo.logits:{name}", ["sampling-top-k", "sampling-near-tie"],
                             contract="logits", samples=20_000, seed=4)
         for name in MUTANTS
+        if MUTANTS[name].diverges is not None  # the processing mismatches (serving mutants: tests/contract/test_serving.py)
     }
     statuses = {name: [s.status for s in r.scenarios] for name, r in fails.items()}
     assert statuses["temperature_target_only"] == [Status.PASSED, Status.PASSED]

@@ -143,3 +143,27 @@ def test_ctrl_c_exits_2_and_keeps_what_was_measured(verifiers_dir, tmp_path):
     assert {c["name"] for c in doc["scenarios"][0]["checks"]} >= {"joint-law", "tokens-per-step"}
     for c in doc["scenarios"][0]["checks"]:  # Holm settled on what was kept (the probes have no p-value)
         assert c["status"] != "pending" and (c["pvalue"] is None or c["adjusted_pvalue"] is not None)
+
+
+def test_faulthandler_dumps_fold_the_harness_frames_but_keep_a_stack_with_no_user_frame():
+    from specaudit.engine.supervisor import _PACKAGE, fold_harness
+
+    dump = "\n".join([
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Current thread 0x00007f (most recent call first):",
+        '  File "/home/u/verifier.py", line 9 in inner',
+        '  File "/home/u/verifier.py", line 4 in verify',
+        f'  File "{_PACKAGE}/contract/guard.py", line 120 in _watched',
+        f'  File "{_PACKAGE}/simulate/chain.py", line 300 in simulate',
+        f'  File "{_PACKAGE}/engine/run.py", line 40 in measure',
+        "",
+        "Thread 0x00007e (most recent call first):",
+        f'  File "{_PACKAGE}/engine/supervisor.py", line 80 in _loop',
+    ])
+    folded = fold_harness(dump)
+    assert "verifier.py\", line 9" in folded and "verifier.py\", line 4" in folded
+    assert "guard.py" not in folded and "simulate/chain.py" not in folded
+    assert "  ... 3 frames of specaudit's harness" in folded
+    assert "supervisor.py" in folded  # a stack that never left specaudit stays whole (a specaudit hang)
+    assert folded.startswith("Fatal Python error: Segmentation fault")

@@ -29,12 +29,15 @@ def _cache(tmp_path_factory, monkeypatch):
 
 
 def test_selftest_reference_is_calibrated():
-    result = selftest.selftest(SMALL, seeds=12, samples=2000, mutants=False)
+    result = selftest.selftest(SMALL, seeds=12, samples=2000, mutants=False, draws=5000)
     assert result.calibrated, result.problems
     assert result.exit_code() == ExitCode.OK
     assert result.tests == 12 * 6 and len(result.checks) == 6
     assert all(len(c.pvalues) == 12 for c in result.checks)
     assert all(c.false_alarms <= result.check_limit for c in result.checks)
+    # the law stage judged every check, per-prefix and PIT on the coverage scenario; the shard merge matched
+    assert {t.check for t in result.tails} >= {"joint-law/g", "early-stop", "rerun", "per-prefix/node", "pit"}
+    assert not any(t.flagged for t in result.tails) and result.shard_mismatches == ()
 
 
 def test_false_alarms_are_judged_per_check_not_pooled_over_correlated_checks(monkeypatch):
@@ -45,21 +48,21 @@ def test_false_alarms_are_judged_per_check_not_pooled_over_correlated_checks(mon
         spread = list(np.linspace(0.05, 0.95, seeds))
         p = {(("markov-v4", check)): list(spread) for check in ("joint-law", "tokens-per-step", "accept-length")}
         p[("markov-v4", "tokens-per-step")][3] = p[("markov-v4", "accept-length")][3] = 1e-4
-        return p, 1
+        return p, 1, None
 
     monkeypatch.setattr(selftest, "_calibrate", fake)
     monkeypatch.setattr(selftest, "_uniformity", _fixed_uniformity(selftest._uniformity))
-    one_run = selftest.selftest(["markov-v4"], seeds=10, samples=2000, mutants=False)
+    one_run = selftest.selftest(["markov-v4"], seeds=10, samples=2000, mutants=False, draws=0)
     assert one_run.false_alarms == 2 and one_run.interval == (0, 1) and one_run.check_limit == 1
     assert one_run.calibrated, one_run.problems
 
     def three(loaded, seeds, settings, progress):
-        p, _ = fake(loaded, seeds, settings, progress)
+        p, _, _ = fake(loaded, seeds, settings, progress)
         p[("markov-v4", "joint-law")][:3] = [1e-4] * 3
-        return p, 3
+        return p, 3, None
 
     monkeypatch.setattr(selftest, "_calibrate", three)
-    bad = selftest.selftest(["markov-v4"], seeds=10, samples=2000, mutants=False)
+    bad = selftest.selftest(["markov-v4"], seeds=10, samples=2000, mutants=False, draws=0)
     assert not bad.calibrated
     assert "miscalibrated: markov-v4 / joint-law: 3 of 10 p-values <= alpha; at most 1 expected" in "\n".join(bad.problems)
 
@@ -76,14 +79,14 @@ def test_selftest_catches_a_miscalibrated_tester(monkeypatch):
     rng = np.random.default_rng(0)  # unused: the broken verifier draws from the harness rng
     del rng
     monkeypatch.setattr(selftest.reference, "verify", mutants.MUTANTS["lenient"].func)
-    result = selftest.selftest(["seed-context-free"], seeds=10, samples=2000, mutants=False)
+    result = selftest.selftest(["seed-context-free"], seeds=10, samples=2000, mutants=False, draws=0)
     assert not result.calibrated
     assert result.exit_code() == ExitCode.CHECKS_FAILED
     assert any("not uniform" in p for p in result.problems)
 
 
 def test_selftest_zoo_detects_and_reports_misses(monkeypatch):
-    ok = selftest.selftest(["seed-context-free"], seeds=10, samples=5000)
+    ok = selftest.selftest(["seed-context-free"], seeds=10, samples=5000, draws=0)
     assert ok.mutants_ok, ok.problems
     got = {o.mutant: o for o in ok.mutants}
     assert got["resample_from_p"].expected == "detect" and got["resample_from_p"].status == "failed"
@@ -91,7 +94,7 @@ def test_selftest_zoo_detects_and_reports_misses(monkeypatch):
     # negative control: a "mutant" that is secretly the reference must be reported as missed
     fake = dataclasses.replace(mutants.MUTANTS["lenient"], func=reference.verify)
     monkeypatch.setitem(mutants.MUTANTS, "lenient", fake)
-    bad = selftest.selftest(["seed-context-free"], seeds=10, samples=5000)
+    bad = selftest.selftest(["seed-context-free"], seeds=10, samples=5000, draws=0)
     assert not bad.mutants_ok and bad.exit_code() == ExitCode.CHECKS_FAILED
     assert any(p.startswith("mutant lenient missed on seed-context-free") for p in bad.problems)
 
@@ -101,13 +104,17 @@ def test_selftest_validates_its_arguments():
         selftest.selftest(SMALL, seeds=3)
     with pytest.raises(UsageError, match="samples"):
         selftest.selftest(SMALL, samples=10)
+    with pytest.raises(UsageError, match="draws = 50"):
+        selftest.selftest(SMALL, draws=50)
 
 
 def test_selftest_cli_exit_codes():
     cli = CliRunner()
-    ok = cli.invoke(main, ["selftest", "-s", "seed-context-free", "--seeds", "10", "--samples", "2000", "--no-mutants"])
+    ok = cli.invoke(main, ["selftest", "-s", "seed-context-free", "--seeds", "10", "--samples", "2000", "--no-mutants",
+                           "--draws", "2000"])
     assert ok.exit_code == 0, ok.output
     assert "KS p" in ok.output and "false alarms" in ok.output
+    assert "exact-null draws: 2,000 per (scenario, check)" in ok.output and "none flagged" in ok.output
     bad = cli.invoke(main, ["selftest", "--seeds", "3"])
     assert bad.exit_code == int(ExitCode.USAGE_ERROR)
 

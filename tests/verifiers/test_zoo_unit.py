@@ -279,9 +279,10 @@ def test_get_suggests_close_name():
 def test_one_registry_holds_the_chain_logits_and_tree_zoos():
     from specaudit.verifiers import zoo
     from specaudit.verifiers.zoo import logits as logits_zoo
+    from specaudit.verifiers.zoo import seeded as seeded_zoo
     from specaudit.verifiers.zoo import tree as tree_zoo
 
-    families = {"chain": MUTANTS, "logits": logits_zoo.MUTANTS, "tree": tree_zoo.MUTANTS}
+    families = {"chain": MUTANTS, "logits": logits_zoo.MUTANTS, "seeded": seeded_zoo.MUTANTS, "tree": tree_zoo.MUTANTS}
     assert list(zoo.MUTANTS) == [name for fam in families.values() for name in fam]  # definition order
     for family, members in families.items():
         assert zoo.family(family) == members
@@ -289,8 +290,14 @@ def test_one_registry_holds_the_chain_logits_and_tree_zoos():
             assert zoo.get(name) is m and zoo.get(name, family) is m and m.zoo == family
             assert isinstance(m, zoo.Mutant) and m.func.mutant is m
     assert {m.contract for m in logits_zoo.MUTANTS.values()} == {"logits"}
-    assert all(m.diverges for m in logits_zoo.MUTANTS.values())
+    # a processing mismatch names its hypothesis; the per-row (serving) mutants have none
+    from specaudit.laws.processing import HYPOTHESES
+
+    serving = {"penalties_without_drafts", "mask_target_only", "bias_draft_only", "batch_params_row0", "greedy_rows_sampled"}
+    assert {n for n, m in logits_zoo.MUTANTS.items() if m.diverges is None} == serving
+    assert all(m.diverges in HYPOTHESES for m in logits_zoo.MUTANTS.values() if m.diverges is not None)
     assert {m.algorithm for m in tree_zoo.MUTANTS.values()} == {"tree", "block"}
+    assert len(seeded_zoo.MUTANTS) == 3 and all(m.seeded for m in seeded_zoo.MUTANTS.values())
     # a zoo-restricted lookup names only that zoo's mutants, as power and diagnosis need
     with pytest.raises(KeyError, match=r"unknown mutant 'unprocessed_q'; known: resample_from_p, "):
         mutants.get("unprocessed_q")

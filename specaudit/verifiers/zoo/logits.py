@@ -9,6 +9,10 @@ was processed wrongly: the verification's view of one processed quantity diverge
 law the drafts were sampled from (q) or the processed target (p). Run one with
 ``specaudit run specaudit.verifiers.zoo.logits:NAME --contract logits -s tag:sampling``.
 
+The serving mutants (registered with :func:`_serving`, ``diverges`` None: no single processed
+quantity of :mod:`specaudit.laws.processing` describes them) break per-row processing of a
+batch (``params.rows``: :mod:`specaudit.contract.logits`); run them on ``-s tag:serving``.
+
 Attributes
 ----------
 MUTANTS : dict[str, Mutant]
@@ -23,7 +27,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specaudit.chains.processing import SamplingParams, process
+from specaudit.chains.processing import SamplingParams, process, process_rows
+from specaudit.contract.logits import LogitsParams, RowParams, history_counts, processed
 from specaudit.verifiers import reference
 from specaudit.verifiers.zoo import mutant as zoo
 from specaudit.verifiers.zoo.mutant import Mutant, Verifier
@@ -76,6 +81,75 @@ def float32_draft(draft, draft_logits, target_logits, num_draft, params, rng):
     """Process the draft logits in float32 (near-ties at the top-k boundary merge) against float64 p."""
     q = process(draft_logits, params.draft, dtype=np.float32).astype(np.float64)
     p = process(target_logits, params.target)
+    return reference.verify(draft, q, p, num_draft, rng)
+
+
+def _serving(mirrors: str) -> Callable[[Verifier], Verifier]:
+    """Register a per-row (serving) mutant of the logits contract."""
+    return zoo.register("distribution", mirrors, contract="logits")
+
+
+def _rows(params: LogitsParams, batch: int) -> tuple[RowParams, ...]:
+    return params.row_params(batch)
+
+
+@_serving("vLLM #18902 (penalties under speculative decoding applied without the draft tokens in the history)")
+def penalties_without_drafts(draft, draft_logits, target_logits, num_draft, params, rng):
+    """Penalise the target at every position with the history before draft 0 (drafts 0..j-1 left out)."""
+    num_draft = np.asarray(num_draft, dtype=np.int64)
+    rows = _rows(params, len(num_draft))
+    q, _ = processed(params, draft, num_draft, draft_logits, target_logits)
+    counts = history_counts(params, draft, num_draft, target_logits.shape[-1], drafts=False)
+    p = process_rows(target_logits, [r.target for r in rows], counts)
+    return reference.verify(draft, q, p, num_draft, rng)
+
+
+@_serving("structured output: the allowed-token mask applied to the target logits but not to the draft's")
+def mask_target_only(draft, draft_logits, target_logits, num_draft, params, rng):
+    """Verify with q processed without the allowed-token mask, though the drafts came from the masked q."""
+    num_draft = np.asarray(num_draft, dtype=np.int64)
+    rows = _rows(params, len(num_draft))
+    _, p = processed(params, draft, num_draft, draft_logits, target_logits)
+    q = process_rows(draft_logits, [r.draft.replace(allowed_tokens=None) for r in rows])
+    return reference.verify(draft, q, p, num_draft, rng)
+
+
+@_serving("logit bias applied to the draft logits only (the target verified without the request's bias)")
+def bias_draft_only(draft, draft_logits, target_logits, num_draft, params, rng):
+    """Verify against the target processed without the request's logit bias (the drafter keeps it)."""
+    num_draft = np.asarray(num_draft, dtype=np.int64)
+    rows = _rows(params, len(num_draft))
+    q, _ = processed(params, draft, num_draft, draft_logits, target_logits)
+    unbiased = LogitsParams(params.target.replace(logit_bias=()), params.draft,
+                            tuple(RowParams(r.target.replace(logit_bias=()), r.draft, r.output) for r in rows))
+    _, p = processed(unbiased, draft, num_draft, draft_logits, target_logits)
+    return reference.verify(draft, q, p, num_draft, rng)
+
+
+@_serving("batch-wide sampling parameters: one scalar temperature / top-k / top-p for a mixed batch (row 0's)")
+def batch_params_row0(draft, draft_logits, target_logits, num_draft, params, rng):
+    """Process every row with row 0's parameters (each row keeps its own history)."""
+    num_draft = np.asarray(num_draft, dtype=np.int64)
+    rows = _rows(params, len(num_draft))
+    if rows:
+        first = rows[0]
+        params = LogitsParams(first.target, first.draft, tuple(RowParams(first.target, first.draft, r.output) for r in rows))
+    q, p = processed(params, draft, num_draft, draft_logits, target_logits)
+    return reference.verify(draft, q, p, num_draft, rng)
+
+
+@_serving("mixed greedy / random batches: temperature-0 rows taken down the random path (sampled at temperature 1)")
+def greedy_rows_sampled(draft, draft_logits, target_logits, num_draft, params, rng):
+    """Verify temperature-0 rows against softmax(target logits), sampled, instead of the argmax."""
+    num_draft = np.asarray(num_draft, dtype=np.int64)
+
+    def sampled(sp: SamplingParams) -> SamplingParams:
+        return sp.replace(temperature=1.0) if sp.greedy else sp
+
+    rows = _rows(params, len(num_draft))
+    given = LogitsParams(sampled(params.target), params.draft,
+                         None if params.rows is None else tuple(RowParams(sampled(r.target), r.draft, r.output) for r in rows))
+    q, p = processed(given, draft, num_draft, draft_logits, target_logits)
     return reference.verify(draft, q, p, num_draft, rng)
 
 

@@ -25,8 +25,8 @@ __all__ = ["KINDS", "MUTANTS", "ZOOS", "Mutant", "family", "get", "register"]
 Kind = Literal["distribution", "boundary", "lossless-control"]
 #: What must catch a mutant: a law check, a boundary probe, or the efficiency checks alone.
 KINDS: tuple[str, ...] = ("distribution", "boundary", "lossless-control")
-#: The zoo modules, by the scenarios they run on: chain rule (probs), logits contract, tree/block.
-ZOOS: tuple[str, ...] = ("chain", "logits", "tree")
+#: The zoo modules, by the scenarios they run on: chain rule (probs), logits contract, tree/block, seeded requests.
+ZOOS: tuple[str, ...] = ("chain", "logits", "tree", "seeded")
 Verifier = Callable[..., tuple[np.ndarray, np.ndarray]]
 
 
@@ -49,10 +49,13 @@ class Mutant:
     contract: str = "probs"
     algorithm: str = "chain"
     diverges: str | None = None
+    seeded: bool = False  # breaks per-request generators only (zoo/seeded.py; scenarios tagged seeded)
 
     @property
     def zoo(self) -> str:
-        """Return the zoo module the mutant belongs to: ``chain``, ``logits`` or ``tree``."""
+        """Return the zoo module the mutant belongs to: ``chain``, ``logits``, ``tree`` or ``seeded``."""
+        if self.seeded:
+            return "seeded"
         if self.contract == "logits":
             return "logits"
         return "chain" if self.algorithm == "chain" else "tree"
@@ -66,16 +69,18 @@ class Mutant:
 MUTANTS: Registry[Mutant] = Registry("mutant")
 
 #: How an unknown name is reported per zoo (the chain zoo's message is the registry's own).
-_WHAT = {"chain": "mutant", "logits": "logits mutant", "tree": "tree mutant"}
+_WHAT = {"chain": "mutant", "logits": "logits mutant", "tree": "tree mutant", "seeded": "seeding mutant"}
 
 
 def register(
-    kind: Kind, mirrors: str, *, contract: str = "probs", algorithm: str = "chain", diverges: str | None = None
+    kind: Kind, mirrors: str, *, contract: str = "probs", algorithm: str = "chain", diverges: str | None = None,
+    seeded: bool = False,
 ) -> Callable[[Verifier], Verifier]:
     """Register a mutant function; its one-line docstring is the description."""
 
     def wrap(func: Verifier) -> Verifier:
-        entry = Mutant(func.__name__, func, (func.__doc__ or "").strip(), mirrors, kind, contract, algorithm, diverges)
+        entry = Mutant(func.__name__, func, (func.__doc__ or "").strip(), mirrors, kind, contract, algorithm, diverges,
+                       seeded)
         MUTANTS.register(entry.name, entry)
         func.mutant = entry  # type: ignore[attr-defined]
         return func
