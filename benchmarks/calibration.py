@@ -57,7 +57,6 @@ from specaudit.scenarios.catalogue import shipped
 from specaudit.simulate.blocks import block_sizes
 from specaudit.stats import gof, sequential
 
-
 #: Early stop is simulated as a path of cell counts (groups re-merge per look): at most this many cells.
 MAX_PATH_CELLS = 20_000
 
