@@ -364,7 +364,7 @@ def main() -> None:
                 found[f"accept-length/{key}"] = ests
             if rounds.rounds_tokens_law(spec, target, draft)[2].size > 1:  # one possible value: an exact check, no p-value
                 found["tokens-per-step"] = cal.tokens_per_step(spec, target, draft)
-        if hasattr(target, "n_states") and spec.k > 0:  # the corner probe runs on every sampled scenario
+        if hasattr(target, "n_states") and getattr(draft, "n_states", None) == target.n_states and spec.k > 0:  # the corner probe runs on every sampled scenario
             found["corner-greedy-drafter"] = cal.corner(target, draft, n)
         for check, ests in found.items():
             for est in ests:
