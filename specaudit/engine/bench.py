@@ -128,8 +128,7 @@ class Bench:
             warm(self.target, self.draft, len(spec.draft_law) - 1)
         self.greedy = not self.tree and spec.mode == "greedy"
         self.device = None
-        # torch only when asked for (specaudit.engine.device); a batch mix draws each request's class on the numpy path
-        if tensors is not None and getattr(spec, "mix", None) is None:
+        if tensors is not None:  # torch only when asked for (specaudit.engine.device refuses a batch mix)
             from specaudit.simulate.device import DevicePath
 
             self.device = DevicePath(tensors, self.target, self.draft)

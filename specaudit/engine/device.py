@@ -46,6 +46,13 @@ def tensor_path(verify: Callable[..., Any], spec: Any, settings: RunSettings) ->
     """
     call = tensor_call(verify)
     wanted = settings.device
+    if getattr(spec, "mix", None) is not None:  # each request draws its class on the host (chains.serving)
+        if wanted is not None:
+            raise UsageError(
+                f"--device {wanted}: scenario {spec.name!r} is a batch mix, which has no device form (each request "
+                "draws its sampling class on the host); leave out --device to simulate it on the host"
+            )
+        return None
     if call is None:
         if wanted is not None and "device" not in (settings.adapter_options or {}):
             raise UsageError(
