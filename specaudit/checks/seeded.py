@@ -15,8 +15,9 @@ The probe
 ``serving-seeded``) after its blocks, whose simulation already handed the verifier per-request
 generators (:class:`specaudit.contract.chain.SeededRequests`), so the statistical checks test the
 law under seeding as usual; an exact-mode one after its exact probes, with no simulation. Three seeded *requests* of :data:`STEPS` verifier
-calls each (num_draft 0 then K, K then 0, and random; p and q rows from the scenario's chains)
-are run alone, one request per call, and then inside batches of other compositions: together,
+calls each (num_draft 0 then K, K then 0, and random; p and q random laws of full support, so
+that their tokens depend on their uniforms however peaked the scenario's rows are) are run
+alone, one request per call, twice with different shared generators, and then inside batches of other compositions: together,
 after rows with drafts, beside zero-draft rows, reversed among ragged rows, among unseeded rows;
 each batch with a shared generator of its own, its other rows half seeded. Must hold, exactly:
 
@@ -41,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from specaudit.chains.sampling import sample_rows
 from specaudit.checks.probes import ExactOutcome, Inputs, Prober, _canonical, _not_probed, probe_all, result_of, skipped
 from specaudit.contract.chain import RowGenerators, takes_row_generators
 from specaudit.results import Category, CheckResult
@@ -81,6 +83,25 @@ def _stack(parts: Sequence[Inputs]) -> Inputs:
 def _request(pr: Prober, rng: np.random.Generator, drafts: Sequence[int], seed: int | None, subject: int | None = None) -> Row:
     """Return a request of ``len(drafts)`` steps with those draft counts, rows from the scenario's chains."""
     return Row(tuple(pr.standard(rng, 1, num_draft=nd) for nd in drafts), seed, subject)
+
+
+def _flat(pr: Prober, rng: np.random.Generator, nd: int) -> Inputs:
+    """Return one row whose p and q are random laws of full support, drafts drawn from q.
+
+    A subject's tokens must depend on its uniforms for the probe to see whose uniforms they are:
+    scenario rows can be peaked or one-hot (a greedy class, a low temperature), and then every
+    stream gives the same tokens and a verifier drawing from the wrong one goes unseen.
+    """
+    k, v = pr.k, pr.vocab
+    q, p = pr.garbage(k, rng)[None], pr.garbage(k + 1, rng)[None]
+    draft = sample_rows(q[0], rng.random(k)).astype(np.int64)[None]
+    draft[0, nd:] = rng.integers(v, size=k - nd)
+    return Inputs(draft, q, p, np.array([nd], dtype=np.int64))
+
+
+def _subject(pr: Prober, rng: np.random.Generator, drafts: Sequence[int], subject: int) -> Row:
+    """Return seeded request ``subject``: flat rows (:func:`_flat`), its own seed."""
+    return Row(tuple(_flat(pr, rng, nd) for nd in drafts), int(rng.integers(2**63)), subject)
 
 
 def _fillers(pr: Prober, rng: np.random.Generator, n: int, drafts: str, seeded: bool | None = None) -> list[Row]:
@@ -128,10 +149,20 @@ def seeded_rows(pr: Prober) -> CheckResult:
     k = pr.k
     rng = pr.rng("seeded/requests")
     plans = [(0, k), (k, 0), tuple(int(x) for x in rng.integers(0, k + 1, size=STEPS))]  # STEPS = 2 draft counts
-    subjects = [_request(pr, rng, plan, int(rng.integers(2**63)), s) for s, plan in enumerate(plans)]
+    subjects = [_subject(pr, rng, plan, s) for s, plan in enumerate(plans)]
     alone = [_run(pr, [subject], pr.rng(f"seeded/alone/{s}")) for s, subject in enumerate(subjects)]
     reached = any(_state(ran.gens[0]) != _state(np.random.default_rng(subject.seed))
                   for ran, subject in zip(alone, subjects))
+    failures: list[str] = []
+    # alone again, another shared generator: a seeded request alone must not read the shared stream either
+    for s, subject in enumerate(subjects):
+        again = _run(pr, [subject], pr.rng(f"seeded/alone-again/{s}"))
+        if again.tokens != alone[s].tokens:
+            reached = True
+            failures.append(f"seeded request {s} (num_draft {_drafts(subject)}) alone: emitted "
+                            f"{[t[0] for t in alone[s].tokens]}, then {[t[0] for t in again.tokens]} with only the shared "
+                            "generator changed; its tokens depend on the batch's shared stream, not its own seed "
+                            "(alibaba/rtp-llm PR #1318 review)")
 
     s0, s1, s2 = subjects
     layouts: list[tuple[str, list[Row]]] = [
@@ -142,7 +173,6 @@ def seeded_rows(pr: Prober) -> CheckResult:
         ("among unseeded rows with K drafts", [*_fillers(pr, rng, 3, "full", seeded=False), s1,
                                                *_fillers(pr, rng, 2, "full", seeded=False), s0, s2]),
     ]
-    failures: list[str] = []
     for label, layout in layouts:
         ran = _run(pr, layout, pr.rng(f"seeded/shared/{label}"))
         for b, row in enumerate(layout):
@@ -182,10 +212,10 @@ def seeded_rows(pr: Prober) -> CheckResult:
             failures.append("the shared generator's state after the calls changed when only the seeded rows' seeds "
                             "changed: what unseeded rows draw depends on the seeded rows")
 
-    checked = len(layouts) + 1 + RESEEDS
+    checked = len(subjects) + len(layouts) + 1 + RESEEDS
     if failures:
-        return result_of(NAME, CONTRACT, False, f"{len(failures)} per-request seed violations in {checked} batch "
-                         f"compositions; first: {failures[0]}", failures=failures[:20], compositions=checked)
+        return result_of(NAME, CONTRACT, False, f"{len(failures)} per-request seed violations in {checked} runs "
+                         f"(alone again, batch compositions, re-seeds); first: {failures[0]}", failures=failures[:20], compositions=checked)
     if not reached:
         return skipped(NAME, CONTRACT, "the verifier drew nothing from the seeded rows' generators (deterministic, "
                        "e.g. greedy: per-request seeds change nothing)", compositions=checked)

@@ -211,3 +211,28 @@ def test_user_scenario_tagged_seeded_exact_mode_and_tree(tmp_path):
     done = specaudit.run("reference-tree", [str(tree)], samples=500, seed=1, diagnose=False, power=False)
     check = done.scenarios[0].check(NAME)
     assert check.status is Status.SKIPPED and "not applicable" in check.summary and "tree" in check.summary
+
+
+def test_a_peaked_batch_mix_does_not_hide_a_seeding_bug(tmp_path):
+    # serving-mix with the seeded tag: its first class is greedy and its rows peaked, so the probe's requests
+    # take flat rows of their own; before, the shared-stream mutant passed it ("drew nothing": not applicable)
+    from specaudit.scenarios.loading import load_scenario
+
+    path = tmp_path / "seeded-mix.yaml"
+    path.write_text((ROOT / "scenarios" / "serving-mix.yaml").read_text()
+                    .replace("name: serving-mix", "name: seeded-mix").replace("tags: [serving]", "tags: [serving, seeded]"))
+    spec = load_scenario(path).spec
+    assert applies(spec) and spec.mix[0].target.temperature == 0
+    rng = np.random.default_rng(171)
+    for seed in rng.integers(0, 2**31, size=4).tolist():
+        (ok,) = run_seeded(guarded(reference.verify), spec, seed=seed).checks
+        assert ok.status is Status.PASSED, ok
+        for m in seeded_zoo.MUTANTS.values():
+            (check,) = run_seeded(guarded(m.func), spec, seed=seed).checks
+            assert check.status is Status.FAILED, (m.name, seed, check)
+
+
+def test_a_seeded_request_reading_the_shared_stream_alone_fails():
+    spec = resolve(["serving-seeded"])[0].spec
+    (check,) = run_seeded(guarded(seeded_zoo.seeded_rows_shared_stream), spec, seed=2).checks
+    assert any("with only the shared generator changed" in f for f in check.data["failures"]), check.data
