@@ -21,12 +21,14 @@ from typing import Any
 import numpy as np
 
 from specaudit import __version__, adapters
+from specaudit.checks.statistical import has_joint_law
 from specaudit.contract import logits, tree
 from specaudit.contract.guard import catch_interrupts
 from specaudit.contract.targets import load_target
 from specaudit.engine.executors import Progress
 from specaudit.engine.scenario import (
     Task,
+    certify_cap,
     check_certifiable,
     measure,
     preflight,
@@ -198,6 +200,9 @@ def execute(
     stop_level = settings.stop_level(len(loaded))
 
     def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
+        if settings.certify_tv is not None and has_joint_law(loaded[i].spec):  # a re-run keeps the certificate's cap
+            cap = settings.samples or certify_cap(loaded[i].spec, settings.certify_tv, settings.alpha) or n
+            n = min(n, cap)
         return run_scenarios([tasks[i]._replace(seed=fresh_seed, samples=n)], settings, stop_level=stop_level)[0]
 
     with catch_interrupts():  # a KeyboardInterrupt is the user's only after a real SIGINT

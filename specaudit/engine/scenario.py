@@ -38,10 +38,11 @@ from specaudit.laws.chain import joint_probabilities
 from specaudit.results import CheckResult, ErrorInfo, ScenarioResult, TVBound
 from specaudit.scenarios.loading import LoadedScenario
 from specaudit.scenarios.schema import Scenario
+from specaudit.simulate.blocks import block_sizes
 from specaudit.stats import certificate, sequential
 
 __all__ = [
-    "Task", "base_result", "certify_cap", "check_certifiable", "measure", "memory_limit", "preflight", "run_scenarios",
+    "Task", "base_result", "certify_cap", "check_certifiable", "least_bound", "measure", "memory_limit", "preflight", "run_scenarios",
     "scenario_seed", "tv_bound", "unique_names",
 ]
 
@@ -146,21 +147,45 @@ def tv_bound(measured: Measured, settings: RunSettings, weight: float = 1.0) -> 
 
 
 def check_certifiable(loaded: Sequence[LoadedScenario], settings: RunSettings) -> None:
-    """Raise UsageError unless every scenario of a ``--certify-tv`` run has a joint law and a reachable cap."""
+    """Raise UsageError unless a ``--certify-tv`` run has a scenario to certify and every one can reach EPS.
+
+    Scenarios without an enumerated joint law (``mode: exact`` or ``greedy``, per-prefix ones) run
+    as they would without ``--certify-tv`` and get no certificate; a run with none to certify is
+    refused. With ``--samples`` as the cap, EPS must be reachable at the cap: the bound is at least
+    its Hoeffding slack, even when the sample matches the target exactly.
+    """
     eps = settings.certify_tv
     if eps is None:
         return
-    for item in loaded:
+    joint = [item for item in loaded if has_joint_law(item.spec)]
+    if not joint:
+        item = loaded[0]
         spec = item.spec
-        if not has_joint_law(spec):
-            why = (f"mode {spec.mode!r}: no sampled law" if spec.mode != "sample" else
-                   f"{spec.joint_cells:,} possible sequences (vocab ** length) are too many to count; it is checked "
-                   "per prefix and by PIT, which certify no TV")
-            raise UsageError(f"--certify-tv {eps:g}: scenario {item.name} ({item.path}) has no joint law to bound ({why}); "
-                             "certify scenarios with an enumerated joint law, e.g. -s markov-v4")
-        if settings.samples is None and certify_cap(spec, eps, settings.alpha) is None:
-            raise UsageError(f"--certify-tv {eps:g}: scenario {item.name} would need more than {MAX_SAMPLES:,} "
-                             "sequences even from a lossless verifier; ask for a larger EPS")
+        why = (f"mode {spec.mode!r}: no sampled law" if spec.mode != "sample" else
+               f"{spec.joint_cells:,} possible sequences (vocab ** length) are too many to count; it is checked "
+               "per prefix and by PIT, which certify no TV")
+        which = f"scenario {item.name} ({item.path}) has" if len(loaded) == 1 else f"none of the {len(loaded)} scenarios has"
+        raise UsageError(f"--certify-tv {eps:g}: {which} a joint law to bound (e.g. {item.name}: {why}); "
+                         "certify scenarios with an enumerated joint law, e.g. -s markov-v4")
+    for item in joint:
+        spec = item.spec
+        if settings.samples is None:
+            if certify_cap(spec, eps, settings.alpha) is None:
+                raise UsageError(f"--certify-tv {eps:g}: scenario {item.name} would need more than {MAX_SAMPLES:,} "
+                                 "sequences even from a lossless verifier; ask for a larger EPS")
+            continue
+        floor = least_bound(settings.samples, settings.alpha)
+        if floor > eps:
+            raise UsageError(f"--certify-tv {eps:g} --samples {settings.samples:,}: scenario {item.name}'s bound at "
+                             f"{settings.samples:,} sequences is at least {floor:.4g} (its Hoeffding slack, even for a "
+                             f"sample that matches the target exactly); allowed: EPS >= {floor:.4g}, or a larger cap "
+                             "(--samples)")
+
+
+def least_bound(samples: int, alpha: float) -> float:
+    """Return the smallest TV bound a ``--certify-tv`` run capped at ``samples`` can reach (its last look's slack)."""
+    weight = sequential.spending(len(sequential.look_schedule(len(block_sizes(samples)))))[-1]
+    return certificate.hoeffding_slack(samples, alpha * weight)
 
 
 def scenario_seed(run_seed: int | None, loaded: LoadedScenario) -> int:
@@ -256,7 +281,7 @@ def run_scenarios(
         spec = task.loaded.spec
         if task.samples is not None:
             spec = spec.model_copy(update={"samples": task.samples})
-        elif settings.certify_tv is not None and spec.mode == "sample":  # sample until certified, up to the cap
+        elif settings.certify_tv is not None and has_joint_law(spec):  # sample until certified, up to the cap
             cap = certify_cap(spec, settings.certify_tv, settings.alpha)
             spec = spec.model_copy(update={"samples": cap if cap is not None else MAX_SAMPLES})
         if settings.batch is not None:  # --batch: rows per verifier call (a slow verifier inside --timeout)

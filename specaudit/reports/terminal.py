@@ -171,11 +171,17 @@ def _plural(status: Status, n: int) -> str:
     return "errors" if status is Status.ERROR and n != 1 else status.value
 
 
-def certificate_line(s: ScenarioResult) -> Text | None:
-    """Return one scenario's TV bound for people ("TV <= 0.0043 at 99.9%"), or None when it has none."""
+def certificate_line(s: ScenarioResult, certify: bool = False) -> Text | None:
+    """Return one scenario's TV bound for people ("TV <= 0.0043 at 99.9%"), or None when it has none.
+
+    ``certify``: the run asked for certificates (``--certify-tv``): a scenario without one says so.
+    """
     b = s.certificate
     if b is None:
-        return None
+        if not certify or s.status is Status.ERROR:
+            return None
+        return Text.assemble((f"{s.name}: ", "bold"), ("no TV certificate (no enumerated joint law to bound: exact, "
+                                                        "greedy or per-prefix checks)", "dim"))
     line = Text.assemble((f"{s.name}: ", "bold"), f"TV <= {b.bound:.4f} at {100 * b.confidence:g}% ",
                          (f"(plug-in TV {b.tv:.4f} + Hoeffding, {b.sequences:,} sequences)", "dim"))
     if b.certified:
@@ -193,7 +199,7 @@ def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
         render_power(result, console, verbosity)  # the run's sensitivity: what each scenario could detect
     certify = result.settings.get("certify_tv") is not None
     if verbosity >= 0 or certify:  # how close, not only "no evidence against" (specaudit.stats.certificate)
-        for line in filter(None, map(certificate_line, result.scenarios)):
+        for line in filter(None, (certificate_line(s, certify) for s in result.scenarios)):
             console.print(line)
     if verbosity >= 0:
         for s in result.scenarios:
@@ -212,7 +218,9 @@ def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
         line.append(" - interrupted", style="bold yellow")
     elif certify and result.status is Status.PASSED:
         missing = result.uncertified()
+        bounded = sum(s.certificate is not None for s in result.scenarios)
+        which = "" if bounded == len(result.scenarios) else f" ({bounded} of {len(result.scenarios)} scenarios have a joint law)"
         line.append(f"; TV <= {result.settings['certify_tv']:g} " + (
-            "certified" if not missing else f"NOT certified at the sample cap ({', '.join(missing)}): exit 6"),
+            f"certified{which}" if not missing else f"NOT certified at the sample cap ({', '.join(missing)}): exit 6"),
             style="bold green" if not missing else "bold yellow")
     console.print(line)

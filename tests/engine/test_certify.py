@@ -54,15 +54,16 @@ def test_a_mutant_of_known_tv_fails_at_its_first_look_with_a_bound_above_that_tv
 
 
 def test_cap_reached_exits_6_and_the_bound_reads_back_from_json(cli: Callable[..., Result], tmp_path: Path) -> None:
+    # 0.012 is above the least bound at 30,000 (0.011), below what the plug-in TV lets it reach there
     out = tmp_path / "cert.json"
-    res = cli("run", "specaudit.reference:verify", "-s", "markov-v4", "--certify-tv", "0.005", "--samples", "30000",
+    res = cli("run", "specaudit.reference:verify", "-s", "markov-v4", "--certify-tv", "0.012", "--samples", "30000",
               "--seed", "1", "--no-power", "--json", out)
     assert res.exit_code == ExitCode.NOT_CERTIFIED == 6, res.output
-    assert "NOT certified <= 0.005 at the sample cap" in res.output and "exit 6" in res.output
+    assert "NOT certified <= 0.012 at the sample cap" in res.output and "exit 6" in res.output
     doc = json.loads(out.read_text())
-    assert doc["exit_code"] == 6 and doc["settings"]["certify_tv"] == 0.005
+    assert doc["exit_code"] == 6 and doc["settings"]["certify_tv"] == 0.012
     bound = doc["scenarios"][0]["tv_bound"]
-    assert bound["sequences"] == 30000 and 0.005 < bound["bound"] and bound["target"] == 0.005
+    assert bound["sequences"] == 30000 and 0.012 < bound["bound"] and bound["target"] == 0.012
     back = document.read(out)
     assert back.scenarios[0].tv_bound is not None and back.scenarios[0].tv_bound.bound == bound["bound"]
     assert back.exit_code() == ExitCode.NOT_CERTIFIED and back.uncertified() == ["markov-v4"]
@@ -96,10 +97,54 @@ def test_hostile_eps_through_the_api(eps: object) -> None:
     ("corners", "mode 'exact': no sampled law"),
     ("greedy-markov", "mode 'greedy': no sampled law"),
 ])
-def test_a_scenario_without_joint_law_is_a_usage_error(cli: Callable[..., Result], scenario: str, why: str) -> None:
-    res = cli("run", "specaudit.reference:verify", "-s", "markov-v4", "-s", scenario, "--certify-tv", "0.01")
+def test_a_run_with_no_joint_law_to_bound_is_a_usage_error(cli: Callable[..., Result], scenario: str, why: str) -> None:
+    res = cli("run", "specaudit.reference:verify", "-s", scenario, "--certify-tv", "0.01")
     assert res.exit_code == ExitCode.USAGE_ERROR, res.output
-    assert f"scenario {scenario} " in res.output and "has no joint law to bound" in res.output and why in res.output
+    assert f"scenario {scenario} " in res.output and "a joint law to bound" in res.output and why in res.output
+
+
+def test_scenarios_without_joint_law_run_beside_certified_ones(cli: Callable[..., Result]) -> None:
+    # the default suite holds exact-mode corners: they run as without --certify-tv and say they have no certificate
+    res = cli("run", "specaudit.reference:verify", "-s", "markov-v4", "-s", "corners", "-s", "bad-rows",
+              "--certify-tv", "0.02", "--seed", "3", "--no-power")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "markov-v4: TV <=" in text and "certified <= 0.02" in text
+    assert "corners: no TV certificate" in text and "bad-rows: no TV certificate" in text
+    assert "TV <= 0.02 certified (1 of 3 scenarios have a joint law)" in text
+    bad = cli("run", "specaudit.mutants:resample_from_p", "-s", "markov-v4", "-s", "corners", "--certify-tv", "0.02",
+              "--seed", "3", "--no-power")
+    assert bad.exit_code == ExitCode.CHECKS_FAILED, bad.output
+
+
+def test_an_eps_below_the_cap_s_least_bound_is_refused_before_sampling(cli: Callable[..., Result]) -> None:
+    # the bound is at least its Hoeffding slack; --samples 10^9 at EPS 1e-300 used to sample until killed
+    res = cli("run", "specaudit.reference:verify", "-s", "markov-v4", "--certify-tv", "1e-300", "--samples", "1e9")
+    assert res.exit_code == ExitCode.USAGE_ERROR, res.output
+    text = " ".join(res.output.split())
+    floor = float(text.split("allowed: EPS >= ")[1].split(",")[0])
+    slack = np.sqrt(np.log(1 / (1e-3 * 0.5)) / (2 * 10**9))  # last look's share of alpha is 1/2 at most 2 looks... or more
+    assert slack <= floor <= slack * 1.2 and "--samples 1,000,000,000" in text
+    res = cli("run", "specaudit.reference:verify", "-s", "markov-v4", "--certify-tv", "0.04", "--samples", "2000")
+    assert res.exit_code == ExitCode.USAGE_ERROR and "is at least 0.04" in " ".join(res.output.split()), res.output
+
+
+def test_a_suspect_re_run_keeps_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a suspect first look re-runs at 4x its sequences: under --certify-tv never beyond the cap (--samples)
+    from specaudit.engine import run as engine_run
+
+    asked: list[int] = []
+    real = engine_run.run_scenarios
+
+    def spy(tasks, settings, **kw):  # type: ignore[no-untyped-def]
+        asked.extend(t.samples for t in tasks)
+        return real(tasks, settings, **kw)
+
+    monkeypatch.setattr(engine_run, "run_scenarios", spy)
+    result = specaudit.run("specaudit.reference:verify", ["markov-v4"], samples=3000, certify_tv=0.08,
+                           suspect_level=0.999, **QUIET)  # every look suspect: a re-run for sure
+    assert result.scenarios[0].rerun is not None, result.scenarios[0]
+    assert asked == [3000, 3000], asked
 
 
 def test_eps_beyond_any_feasible_run_and_shards_are_usage_errors(cli: Callable[..., Result]) -> None:
@@ -121,8 +166,8 @@ def test_merged_shards_report_the_unsharded_bound(cli: Callable[..., Result], tm
 
 
 def test_assert_lossless_says_when_the_cap_was_too_small() -> None:
-    with pytest.raises(AssertionError, match=r"TV <= 0.005 not certified on 1 of 1 scenarios at the sample cap") as err:
-        specaudit.assert_lossless("specaudit.reference:verify", ["markov-v4"], samples=BLOCK, certify_tv=0.005,
+    with pytest.raises(AssertionError, match=r"TV <= 0.02 not certified on 1 of 1 scenarios at the sample cap") as err:
+        specaudit.assert_lossless("specaudit.reference:verify", ["markov-v4"], samples=BLOCK, certify_tv=0.02,
                                   power=False, diagnose=False, supervised=False)
     assert f"after {BLOCK:,} sequences" in str(err.value) and "raise the cap (samples) or EPS" in str(err.value)
     specaudit.assert_lossless("specaudit.reference:verify", ["markov-v4"], certify_tv=0.05, power=False,
