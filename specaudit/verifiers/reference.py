@@ -71,7 +71,8 @@ def verify(
         at = np.minimum(n_acc, k - 1)
         rejected_by_q = rejected & ~bad_q[rows, at]  # a bad q row: draw from p itself, not the residual
         with np.errstate(invalid="ignore"):  # NaN in a bad q row: its residual is not used
-            residual = np.maximum(target - q[rows, at], 0.0)
+            residual = target - q[rows, at]
+            np.maximum(residual, 0.0, out=residual)
         rejected = rejected_by_q
     token = final_token(target, residual, rejected, v)
     return assemble(draft, n_acc, token)
