@@ -176,8 +176,13 @@ def _serving(z: np.ndarray, params: SamplingParams, counts: np.ndarray | None) -
             z = z - ftype(params.frequency_penalty) * c.astype(z.dtype)
         if params.presence_penalty != 0:
             z = z - ftype(params.presence_penalty) * seen.astype(z.dtype)
-    if not np.all(np.max(z, axis=-1) > -np.inf):
-        raise UsageError("allowed_tokens: a row has no allowed token of finite logit; allowed: a mask that keeps one")
+    dead = np.argwhere(~(np.max(z, axis=-1) > -np.inf))
+    if dead.size:
+        row = ", ".join(str(int(i)) for i in dead[0]) or "0"
+        more = f" and {len(dead) - 1} more" if len(dead) > 1 else ""
+        raise UsageError(f"allowed_tokens: a row has no allowed token of finite logit (row {row}{more} of the logits, "
+                         f"mask {list(params.allowed_tokens or ())}): nothing to sample; allowed: a mask that keeps a "
+                         "token of finite logit in every row")
     return z
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specaudit.errors import ResultsFileError
+from specaudit.errors import ResultsFileError, closest
 from specaudit.results import (
     Category,
     CheckResult,
@@ -140,7 +140,7 @@ def _typed(d: Mapping[str, Any], key: str, where: str, kind: str, default: Any =
     if not ok:
         spot = f"{where}.{key}" if where else key
         raise _Bad(spot, f"expected {'an' if kind == 'integer' else 'a'} {kind}{' or null' if optional else ''}, "
-                         f"got {_kind(value)} {value!r:.40}")
+                         f"got {_kind(value)}{'' if value is None else f' {value!r:.40}'}")
     return value
 
 
@@ -204,21 +204,53 @@ def _scenario(value: Any, where: str) -> ScenarioResult:
     return ScenarioResult(
         **{k: _typed(s, k, where, kind) for k, kind in fields.items()},
         checks=_items(s.get("checks", []), f"{where}.checks", _check),
-        error=_error(err, f"{where}.error") if err else None,
+        error=_error(err, f"{where}.error") if err is not None else None,
         seconds=_typed(s, "seconds", where, "number", 0.0),
         verifier_seconds=_typed(s, "verifier_seconds", where, "number", 0.0),
         calls=_typed(s, "calls", where, "integer", 0),
         info=_object(s.get("info", {}), f"{where}.info"),
-        rerun=_scenario(s["rerun"], f"{where}.rerun") if s.get("rerun") else None,  # a SUSPECT scenario's re-run
-        tv_bound=_tv_bound(s["tv_bound"], f"{where}.tv_bound") if s.get("tv_bound") else None,
+        # null or absent: none; anything else ({}, 0, false, "") is checked, never read as absent
+        rerun=_scenario(s["rerun"], f"{where}.rerun") if s.get("rerun") is not None else None,  # a SUSPECT scenario's re-run
+        tv_bound=_tv_bound(s["tv_bound"], f"{where}.tv_bound") if s.get("tv_bound") is not None else None,
     )
 
 
+#: Slack on the TV bound's range checks: the plug-in TV is a float sum (0.5 * sum |P_hat - Q|) that may round past 1.
+_TV_ROUNDING = 1e-9
+
+
+def _in_range(d: Mapping[str, Any], key: str, where: str, ok: Callable[[float], bool], allowed: str, **kw: Any) -> Any:
+    """Return the number ``d[key]`` (as :func:`_typed`) after checking it is finite and ``ok``; ``allowed`` says what is."""
+    value = _typed(d, key, where, "integer" if kw.pop("integer", False) else "number", **kw)
+    # an int is finite however large (math.isfinite would overflow converting it to a float)
+    if value is not None and not ((isinstance(value, int) or math.isfinite(value)) and ok(value)):
+        raise _Bad(f"{where}.{key}", f"{value!r} is out of range; allowed: {allowed}")
+    return value
+
+
 def _tv_bound(value: Any, where: str) -> TVBound:
+    """Read a TV certificate (:func:`specaudit.stats.certificate.tv_upper_bound` makes them), every field in its range."""
     d = _object(value, where)
-    return TVBound(bound=_typed(d, "bound", where, "number"), confidence=_typed(d, "confidence", where, "number"),
-                   tv=_typed(d, "tv", where, "number"), sequences=_typed(d, "sequences", where, "integer"),
-                   target=_typed(d, "target", where, "number", None, optional=True))
+    known = [f.name for f in dataclasses.fields(TVBound)]
+    extra = sorted(set(d) - set(known))
+    if extra:
+        raise _Bad(where, f"unknown key {extra[0]!r}; allowed: {', '.join(known)}{closest(extra[0], known)}")
+    top = 1.0 + _TV_ROUNDING
+    bound = _in_range(d, "bound", where, lambda x: 0.0 <= x <= top, "a TV bound, 0 <= bound <= 1")
+    tv = _in_range(d, "tv", where, lambda x: 0.0 <= x <= top, "a total variation, 0 <= tv <= 1")
+    if tv > bound + _TV_ROUNDING:
+        raise _Bad(f"{where}.tv", f"{tv!r} exceeds bound = {bound!r}; allowed: tv <= bound (the bound is tv plus a "
+                                  "Hoeffding slack, capped at 1)")
+    return TVBound(
+        bound=bound,
+        # 1 - alpha rounds to exactly 1 for alpha below 1e-16 (any alpha in (0, 1) is allowed), so 1 is kept
+        confidence=_in_range(d, "confidence", where, lambda x: 0.0 < x <= 1.0,
+                             "a confidence 1 - alpha, 0 < confidence <= 1"),
+        tv=tv,
+        sequences=_in_range(d, "sequences", where, lambda x: x >= 1, "a count of sequences >= 1", integer=True),
+        target=_in_range(d, "target", where, lambda x: 0.0 < x < 1.0,
+                         "the --certify-tv EPS, 0 < target < 1, or null (not asked)", default=None, optional=True),
+    )
 
 
 def _row(value: Any, where: str) -> ComparisonRow:

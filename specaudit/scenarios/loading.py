@@ -101,6 +101,15 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(k for k in loc if not _is_branch_label(k))
 
 
+#: A key path at the start of a message ("mix[1].target", "drafts"), and whether ": " follows it.
+_HEAD = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\])*)(: )?")
+
+
+def _parse_path(path: str) -> tuple[Any, ...]:
+    """Return the location tuple of a key path written ``mix[1].target`` (keys and list indices)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.findall(r"[A-Za-z_]\w*|\d+", path))
+
+
 def _duplicate_key(root: yaml.Node | None) -> tuple[str, int, int] | None:
     """Return (key, first line, second line) of the first key repeated in a mapping, or None.
 
@@ -170,10 +179,13 @@ def _describe(exc: ValidationError, root: yaml.Node | None, path: str) -> str:
             msg = err["msg"].removeprefix("Value error, ")
             if not isinstance(err.get("input"), (dict, list)) and err["type"] != "value_error":
                 msg += f" (got {err.get('input')!r})"
-            # whole-scenario checks name their key first ("drafts = 5 exceeds k"): point at it
-            head = re.match(r"^([A-Za-z_][\w.]*)\b", msg)
+            # whole-scenario checks name their key first ("drafts = 5 exceeds k", "mix[1].target: token ids"):
+            # point at it, and drop a "key.path: " prefix so the path is printed once
+            head = _HEAD.match(msg)
             if not loc and head:
-                loc = tuple(head.group(1).split("."))
+                loc = _parse_path(head.group(1))
+                if head.group(2):
+                    msg = msg[head.end():]
             row = re.match(r"^row (\d+) ", msg)
             if row:  # point at the offending row of a matrix
                 loc = (*loc, int(row.group(1)))

@@ -25,7 +25,7 @@ from specaudit.chains import serving as serving_chains
 from specaudit.chains import tabular as chains
 from specaudit.chains.lazy import ZipfChain
 from specaudit.chains.tabular import TabularChain
-from specaudit.errors import closest
+from specaudit.errors import UsageError, closest
 
 SCHEMA_VERSION = 1
 #: Rows of explicit probabilities must sum to 1 within this absolute tolerance; they are then
@@ -202,6 +202,23 @@ class Sampling(_Spec):
         None, description="token id -> bias added to its raw logit")
     allowed_tokens: list[Annotated[int, Field(ge=0)]] | None = Field(
         None, description="the structured-output mask: only these token ids may be drawn (omitted: all)")
+
+    @field_validator("allowed_tokens")
+    @classmethod
+    def _some_allowed(cls, tokens: list[int] | None) -> list[int] | None:
+        if tokens is not None and not tokens:
+            raise ValueError("received [], a mask that keeps no token (nothing left to sample); allowed: at least one "
+                             "token id, or omit the key (every token allowed)")
+        return tokens
+
+    @model_validator(mode="after")
+    def _valid_params(self) -> Sampling:
+        # every rule of SamplingParams, as a schema error with the key path (not a UsageError without file:line)
+        try:
+            self.params()
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     def params(self) -> processing.SamplingParams:
         """Return the parameters for the processing functions."""
@@ -401,8 +418,21 @@ class Scenario(_Spec):
         for role in ("target", "draft"):
             self._check_chain_shape(role, getattr(self, role))
         self._check_algorithm()
+        self._check_lazy()
         self._check_serving()
         return self
+
+    def _check_lazy(self) -> None:
+        """Refuse the modes and algorithms whose references walk a chain's state table (lazy chains have none)."""
+        if not self.lazy:
+            return
+        tabled = "a chain with a finite state table (context_free, markov, dirichlet, one_hot, logits)"
+        if self.mode == "greedy":
+            raise ValueError(f"mode: greedy needs {tabled}; kind zipf is lazy (its states are prefix hashes, its "
+                             "greedy path is not tabulated); allowed with zipf: mode sample or exact")
+        if self.algorithm == "tree":
+            raise ValueError(f"algorithm: tree needs {tabled}; kind zipf is lazy (its states are prefix hashes, which "
+                             "the tree simulator does not hold); allowed with zipf: algorithm chain or block")
 
     def _samplings(self) -> list[tuple[str, str, Sampling]]:
         """Return (where, role, sampling) of every processing the scenario names."""
@@ -417,16 +447,19 @@ class Scenario(_Spec):
     def _check_serving(self) -> None:
         """Check the serving keys: token ids in the vocabulary, penalties on the target only, a mix on logits chains."""
         v = self.vocab
-        penalised = False
+        penalised: str | None = None  # where the first penalty is set
         for where, role, sampling in self._samplings():
             bad = [t for t in sampling.tokens() if t >= v]
             if bad:
                 raise ValueError(f"{where}: token ids {bad} are not in the vocabulary; allowed: 0..{v - 1}")
+            if sampling.top_k > v:  # processing would read it as "off"; an engine may refuse or crash (torch.topk)
+                raise ValueError(f"{where}.top_k: top_k = {sampling.top_k} exceeds vocab {v}; allowed: 0..{v} (0 = off)")
+            self._check_mask(where, role, sampling)
             if sampling.params().penalised:
                 if role == "draft":
                     raise ValueError(f"{where}: penalties apply to the target only (the drafter's law must not depend on "
                                      "the history, so exact references stay small); allowed: no penalty keys here")
-                penalised = True
+                penalised = penalised or where
         if self.mix is not None:
             if not isinstance(self.target, Logits) or not isinstance(self.draft, (Logits, SameLogitsAsTarget)):
                 raise ValueError("mix needs target kind logits and draft kind logits or same_logits_as_target (raw logits "
@@ -437,7 +470,9 @@ class Scenario(_Spec):
                                      f"mix[i].draft): allowed: omit {role}.sampling")
             names = [c.name for c in self.mix]
             if len(set(names)) != len(names):
-                raise ValueError(f"mix: class names must be unique, got {names}")
+                again = next(i for i, n in enumerate(names) if n in names[:i])
+                raise ValueError(f"mix: class names must be unique, got {names} (mix[{again}] repeats "
+                                 f"{names[again]!r} of mix[{names.index(names[again])}]); allowed: a new name for mix[{again}]")
             total = sum(c.weight for c in self.mix)
             if abs(total - 1.0) > SUM_TOLERANCE:
                 raise ValueError(f"mix weights sum to {total:.9g}; they must sum to 1 within {SUM_TOLERANCE:g}")
@@ -452,9 +487,26 @@ class Scenario(_Spec):
             drafter = base if isinstance(self.draft, SameLogitsAsTarget) else (_states(self.draft, v) or v)
             states = serving_chains.history_states(base, v, self._history_depth()) * drafter
             if states > MAX_HISTORY_STATES:
-                raise ValueError(f"penalties: the target's law depends on token counts; up to {states:,} joint (history, "
+                raise ValueError(f"{penalised}: penalties: the target's law depends on token counts; up to {states:,} joint (history, "
                                  f"drafter) states at vocab {v}, length + k - 1 = {self._history_depth()}; allowed: at most "
                                  f"{MAX_HISTORY_STATES:,} (smaller vocab, length or k, or 1-row logits matrices)")
+
+    def _check_mask(self, where: str, role: str, sampling: Sampling) -> None:
+        """Refuse a mask that keeps only tokens of logit -inf in some row of an explicit matrix (nothing left to draw)."""
+        if sampling.allowed_tokens is None:
+            return
+        spec = self.draft if role == "draft" else self.target
+        chain, name = (self.target, "target") if isinstance(spec, SameLogitsAsTarget) else (spec, role)
+        if not isinstance(chain, Logits) or chain.matrix is None:
+            return  # random logits are finite everywhere
+        allowed = sorted(set(sampling.allowed_tokens))
+        rows = np.asarray(chain.matrix, dtype=np.float64)[:, allowed]
+        dead = np.flatnonzero(~np.isfinite(rows).any(axis=1))
+        if dead.size:
+            raise ValueError(
+                f"{where}.allowed_tokens: {allowed} keeps only tokens whose logit is -.inf in row {int(dead[0])} of "
+                f"{name}.matrix{f' (and {dead.size - 1} more rows)' if dead.size > 1 else ''}, so that row has nothing "
+                "to sample; allowed: a mask that keeps a token of finite logit in every row")
 
     def _history_depth(self) -> int:
         """Return the longest history a verifier reads: L - 1 tokens generated, then k drafts."""
@@ -498,9 +550,15 @@ class Scenario(_Spec):
                 raise ValueError(f"{role}.matrix must be 1 x {v} (context-free) or {v} x {v} (first-order) logits")
             if spec.start >= v:
                 raise ValueError(f"{role}.start = {spec.start}; allowed: 0..{v - 1}")
-        if isinstance(spec, Zipf) and (spec.lowest >= v or spec.support > v - spec.lowest):
-            raise ValueError(f"{role}: support = {spec.support} tokens at or above lowest = {spec.lowest}; allowed with vocab "
-                             f"{v}: lowest <= {v - 1}, support <= vocab - lowest")
+        if isinstance(spec, Zipf):
+            if spec.lowest >= v:
+                raise ValueError(f"{role}.lowest: lowest = {spec.lowest}; allowed with vocab {v}: lowest <= {v - 1}")
+            if spec.support > v - spec.lowest:
+                raise ValueError(f"{role}.support: support = {spec.support} tokens at or above lowest = {spec.lowest}; "
+                                 f"allowed with vocab {v}: support <= vocab - lowest = {v - spec.lowest}")
+            if spec.lowest and not spec.support:  # support 0 puts mass on every id: lowest would be ignored
+                raise ValueError(f"{role}.lowest: lowest = {spec.lowest} with support = 0 (every token has mass, so "
+                                 "lowest would be ignored); allowed: lowest with support > 0, or omit lowest")
         if isinstance(spec, (OneHot, Greedy)) and isinstance(spec.base, Zipf):
             raise ValueError(f"{role}.base: kind zipf is lazy (no tables); allowed bases: context_free, markov, dirichlet, logits")
         if role == "draft" and isinstance(self.target, Zipf) != (
@@ -575,31 +633,48 @@ class Scenario(_Spec):
         A batch mix becomes the union of its classes (:class:`specaudit.chains.serving.MixedChain`), a
         penalised target a chain on its history's token counts (:class:`~specaudit.chains.serving.HistoryChain`).
         """
-        target, draft = self._base_chains()
+        try:
+            target = self._base_target()
+        except UsageError as exc:  # validation catches what it can; a chain that still cannot be built says where
+            raise UsageError(f"scenario {self.name!r}: target: {exc}") from None
+        try:
+            draft = self._base_draft(target)
+        except UsageError as exc:
+            raise UsageError(f"scenario {self.name!r}: draft: {exc}") from None
         depth = self._history_depth()
         if self.mix is not None:
             assert isinstance(target, logits_mod.LogitsChain) and isinstance(draft, logits_mod.LogitsChain)  # validated
-            t = tuple(serving_chains.with_params(target, c.target.params(), depth) for c in self.mix)
-            d = tuple(serving_chains.with_params(draft, c.draft_params(), depth) for c in self.mix)
+            t: list[TabularChain] = []
+            d: list[TabularChain] = []
+            for i, c in enumerate(self.mix):
+                for role, chain, params, out in (("target", target, c.target.params(), t),
+                                                 ("draft", draft, c.draft_params(), d)):
+                    try:
+                        out.append(serving_chains.with_params(chain, params, depth))
+                    except UsageError as exc:
+                        raise UsageError(f"scenario {self.name!r}: mix[{i}] (class {c.name!r}) {role}: {exc}") from None
             weights, names = np.array([c.weight for c in self.mix]), tuple(c.name for c in self.mix)
-            return serving_chains.mixed(t, weights, names), serving_chains.mixed(d, weights, names)
+            return serving_chains.mixed(tuple(t), weights, names), serving_chains.mixed(tuple(d), weights, names)
         if isinstance(target, logits_mod.LogitsChain) and target.params.penalised:
             target = serving_chains.history_chain(target, target.params, depth)
         return target, draft
 
-    def _base_chains(self) -> tuple[TabularChain, TabularChain]:
-        """Build (target, drafter) as the chain kinds say, before any mix or history."""
-        target = self.target.build(self.vocab, np.random.SeedSequence([0]))
+    def _base_target(self) -> TabularChain:
+        """Build the target as its kind says, before any mix or history."""
+        return self.target.build(self.vocab, np.random.SeedSequence([0]))
+
+    def _base_draft(self, target: TabularChain) -> TabularChain:
+        """Build the drafter as its kind says (``target``: the built target, for the kinds that refer to it)."""
         spec = self.draft
         if isinstance(spec, SameAsTarget):
-            return target, target
+            return target
         if isinstance(spec, SameLogitsAsTarget):
             assert isinstance(target, logits_mod.LogitsChain)  # validated in _consistent
-            return target, logits_mod.logits_chain(target.logits, target.nxt, target.start, spec.sampling.params())
+            return logits_mod.logits_chain(target.logits, target.nxt, target.start, spec.sampling.params())
         if isinstance(spec, Greedy):
             base = target if spec.base is None else spec.base.build(self.vocab, np.random.SeedSequence([1]))
-            return target, chains.one_hot_of(base)
-        return target, spec.build(self.vocab, np.random.SeedSequence([1]))
+            return chains.one_hot_of(base)
+        return spec.build(self.vocab, np.random.SeedSequence([1]))
 
     def content_hash(self) -> str:
         """Return a short hash of the scenario's content (seed excluded: it is a run setting)."""
