@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 
 from specaudit import __version__
-from specaudit.errors import ExitCode, SpecauditError, exit_code_for
+from specaudit.errors import ExitCode, SpecauditError, UsageError, exit_code_for
 
 if TYPE_CHECKING:  # the engine loads only when a command needs it (`specaudit --help` stays quick)
     from specaudit.engine.settings import RunSettings
@@ -338,8 +338,6 @@ def _writable(path: str | None, option: str, folder_ok: bool = False) -> str | N
     temporary file created and removed in the folder, or, for a folder still to be made, the
     nearest existing one must be a writable folder. Nothing is left behind.
     """
-    from specaudit.errors import UsageError
-
     if path is None:
         return None
     folder = folder_ok and (path.endswith(("/", os.sep)) or Path(path).is_dir())
@@ -407,7 +405,13 @@ def _adapter_options(pairs: tuple[str, ...], device: str | None, dtype: str | No
     from specaudit.adapters import parse_args
 
     options = parse_args(pairs)
-    options.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
+    for key, value in (("device", device), ("dtype", dtype)):
+        if value is None:
+            continue
+        if key in options and options[key] != value:  # two answers to one question: say which, never pick one
+            raise UsageError(f"--{key} {value} and --adapter-arg {key}={options[key]} disagree; give the {key} once "
+                             f"(--{key} is the adapter's {key} option)")
+        options[key] = value
     return options
 
 
@@ -680,14 +684,19 @@ def _scenarios_or_exit(names: tuple[str, ...]) -> list:
     return loaded
 
 
+#: A power is a probability; its example is a power one plans for, not a level.
+_POWER = _Real(0.0, 1.0, True, True, "0.99")
+
+
 @main.command()
 @click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME|PATH",
-              help="Shipped scenario name, tag:TAG, or a YAML file; repeatable. Default: the default suite.")
+              help="Shipped scenario name, tag:TAG, or a YAML file; repeatable. Default: the default suite "
+                   "(its scenarios with nothing to plan, mode exact or greedy, are skipped with a note).")
 @click.option("--tv", type=_Real(0.0, 1.0, True, False, "0.05"), default=None,
               help="Print the samples needed to detect this TV (0 < TV <= 1) in every direction.")
 @click.option("--samples", type=_SAMPLES, default=None, help="Print the TV detectable with N samples (default: the scenario's).")
 @click.option("--mutant", default=None, metavar="NAME", help="Print the samples needed to catch this zoo mutant.")
-@click.option("--power", "power_", type=_LEVEL, default=0.99, show_default=True, help="Wanted power, 0 < power < 1.")
+@click.option("--power", "power_", type=_POWER, default=0.99, show_default=True, help="Wanted power, 0 < power < 1.")
 @click.option("--alpha", type=_LEVEL, default=1e-3, show_default=True, help="Level, split over --tests checks.")
 @click.option("--tests", type=_Count(1, 10**6, "3"), default=1, show_default=True,
               help="Checks alpha is split over (Bonferroni; a run adjusts over all its checks, ~3 per scenario).")
@@ -695,22 +704,58 @@ def plan(scenario_names: tuple[str, ...], tv: float | None, samples: int | None,
          power_: float, alpha: float, tests: int) -> None:
     """Samples needed for a TV or a mutant, or the TV detectable at N, on the joint-law check."""
     from specaudit.analysis import plan as planning
+    from specaudit.errors import UsageError
     from specaudit.reports.sensitivity import render_plan
 
-    plans = [planning.plan(item.spec, alpha=alpha, power=power_, tests=tests, samples=samples, tv=tv, mutant=mutant)
-             for item in _scenarios_or_exit(scenario_names)]
+    if mutant is not None:
+        planning.check_mutant(mutant)
+    specs = [item.spec for item in _scenarios_or_exit(scenario_names)]
+    # a scenario named on its own with nothing to plan is a usage error; a suite or tag skips it with a note
+    selection = not scenario_names or any(name.startswith("tag:") for name in scenario_names)
+    refused = {spec.name: why for spec in specs if (why := planning.refusal(spec)) is not None}
+    if refused and (not selection or len(refused) == len(specs)):
+        raise UsageError(next(iter(refused.values())))
+    for why in refused.values():
+        click.echo(f"specaudit: plan: skipped {why}", err=True)
+    plans = [planning.plan(spec, alpha=alpha, power=power_, tests=tests, samples=samples, tv=tv, mutant=mutant)
+             for spec in specs if spec.name not in refused]
     render_plan(plans, _console())
     sys.exit(int(ExitCode.OK))
+
+
+class _OffOrCount(_Count):
+    """0 (off), or a whole number in [least, hi]: every refusal states both."""
+
+    def __init__(self, least: int, hi: int, example: str):
+        super().__init__(0, hi, example)
+        self.least = least
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = super().convert(value, param, ctx)
+        if 0 < number < self.least:
+            self.fail(f"{value}; allowed: {self._range()}, e.g. {self.example}", param, ctx)
+        return number
+
+    def _range(self) -> str:
+        return f"0 (off) or {_Count(self.least, self.hi, self.example)._range()}"
+
+
+# the ranges of specaudit.engine.selftest (MIN_SEEDS.., MIN_DRAWS.., MIN_SAMPLES; a test keeps them equal),
+# written out so that the first refusal states the whole allowed set
+_ST_SEEDS = _Count(10, 10**6, "100")
+_ST_DRAWS = _OffOrCount(1_000, 10**7, "5000")
+_ST_SAMPLES = _Count(100, MAX_SAMPLES, "20000 or 2e4")
 
 
 @main.command()
 @click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME|PATH",
               help="Scenarios to calibrate on; repeatable. Default: the default suite.")
-@click.option("--seeds", type=_Count(1, 10**6, "100"), default=20, show_default=True,
-              help="Seeded null runs of the reference verifier (the wiring; power comes from --draws).")
-@click.option("--draws", type=_Count(0, 10**7, "5000"), default=5_000, show_default=True,
-              help="Exact-null draws per (scenario, check) judged in the tail (0: skip).")
-@click.option("--samples", type=_SAMPLES, default=20_000, show_default=True, help="Sequences per scenario and run.")
+@click.option("--seeds", type=_ST_SEEDS, default=20, show_default=True,
+              help="Seeded null runs of the reference verifier, 10 .. 1e6 (the wiring; power comes from --draws).")
+@click.option("--draws", type=_ST_DRAWS, default=5_000, show_default=True,
+              help="Exact-null draws per (scenario, check) judged in the tail: 0 (skip) or 1000 .. 1e7.")
+@click.option("--samples", type=_ST_SAMPLES, default=20_000, show_default=True,
+              help="Sequences per scenario and run (>= 100).")
 @click.option("--alpha", type=_LEVEL, default=1e-3, show_default=True, help="Family-wise level of every run.")
 @click.option("--no-mutants", is_flag=True, help="Calibration only; skip the zoo.")
 @_quiet

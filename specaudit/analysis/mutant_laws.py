@@ -4,7 +4,8 @@ Power (:mod:`specaudit.analysis.power`), planning (:mod:`specaudit.analysis.plan
 (:mod:`specaudit.analysis.diagnose`) all ask the same question: what does mutant M's output look
 like on scenario S? This module answers it once:
 
-* :func:`mutant_law` / :func:`mutant_joint_law`: the law over the V**L joint cells, exact by
+* :func:`mutant_law` / :func:`mutant_joint_law`: the law over the V**L joint cells (a batch mix:
+  the C x V**L (class, sequence) cells, :func:`joint_cells`, each class's law weighted), exact by
   dynamic programme for the mutants whose bug is a change of the per-position kernels
   (:mod:`specaudit.laws.mutants`), the target law for lossless ones (kinds ``lossless-control``
   and ``boundary``: right law almost surely), else simulated once with :data:`LAW_SAMPLES`
@@ -45,7 +46,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from specaudit import __version__
+from specaudit.chains.serving import MixedChain, class_chains
+from specaudit.chains.tabular import TabularChain
 from specaudit.checks.statistical import wants_joint
+from specaudit.contract import logits as contract_logits
 from specaudit.errors import SpecauditError, UsageError
 from specaudit.laws import algorithm_of
 from specaudit.laws import chain as exact
@@ -68,6 +72,7 @@ __all__ = [
     "cache_dir",
     "default_provider",
     "is_chain",
+    "joint_cells",
     "mutant_entry",
     "mutant_joint_law",
     "mutant_law",
@@ -130,6 +135,17 @@ def mutant_entry(name: str) -> Any:
 def is_chain(spec: Scenario) -> bool:
     """Return True when the zoo (written in the chain contract) applies to the scenario."""
     return algorithm_of(spec) == "chain" and wants_joint(spec)
+
+
+def joint_cells(spec: Scenario) -> int:
+    """Return the cells of the scenario's joint law: V**L, times the classes of a batch mix ((class, sequence) cells)."""
+    return (len(spec.mix) if spec.mix is not None else 1) * spec.joint_cells
+
+
+def _joint_counts(spec: Scenario) -> JointCounts:
+    """Return empty joint counts of the scenario's cells (a batch mix, even of one class: rows with a class column)."""
+    classes = len(spec.mix) if spec.mix is not None else 1
+    return JointCounts(spec.vocab, spec.length, classes, mixed=spec.mix is not None)
 
 
 def cache_dir() -> Path | None:
@@ -232,7 +248,7 @@ def _simulated_counts(spec: Scenario, name: str, samples: int, seed: int) -> np.
     """
     if spec.mode == "greedy" or not wants_joint(spec):  # a greedy run measures matches, not joint counts
         raise UsageError(f"scenario {spec.name}: no joint counts to estimate a law from")
-    joint = JointCounts(spec.vocab, spec.length)
+    joint = _joint_counts(spec)
     run_blocks(mutant_entry(name).func, spec.model_copy(update={"samples": samples}), simulation_seed(spec, name, seed), [joint])
     return joint.counts.copy()
 
@@ -241,15 +257,14 @@ def _compute_law(spec: Scenario, name: str, samples: int, seed: int) -> MutantLa
     """Return the mutant's joint law: dependent, lossless, exact (kernel mutants) or simulated."""
     entry = mutant_entry(name)
     target, draft = spec.chains()
-    cells = spec.joint_cells
+    cells = joint_cells(spec)
     if name in DEPENDENT:
         return MutantLaw(name, entry.kind, None, "dependent", None, DEPENDENT[name])
     if entry.kind in ("lossless-control", "boundary"):
         note = "lossless by construction" if entry.kind == "lossless-control" else "lossless except at adversarial uniforms"
         return MutantLaw(name, entry.kind, exact.joint_probabilities(target, spec.length), "lossless", None, note)
-    size = cells * target.n_states * draft.n_states * (spec.k + 1)
-    if name in KERNELS and size <= ENUMERATE_LIMIT:
-        probs = chain_law(target, draft, spec.draft_law, spec.length, KERNELS[name])
+    probs = _kernel_law(spec, target, draft, name)
+    if probs is not None:
         return MutantLaw(name, entry.kind, probs, "exact", None, "per-position kernel, enumerated")
     path = _cache_file(spec, name, samples, seed)
     counts = _load_counts(path, cells)
@@ -260,6 +275,25 @@ def _compute_law(spec: Scenario, name: str, samples: int, seed: int) -> MutantLa
             return MutantLaw(name, entry.kind, None, "unavailable", None, f"simulation failed: {exc}")
         _store_counts(path, counts)
     return MutantLaw(name, entry.kind, counts / counts.sum(), "simulated", int(counts.sum()), f"simulated, {samples:,} sequences")
+
+
+def _kernel_law(spec: Scenario, target: TabularChain, draft: TabularChain, name: str) -> np.ndarray | None:
+    """Return a kernel mutant's exact joint law, or None (not a kernel mutant, or too large to enumerate).
+
+    A batch mix's request keeps its class, and a kernel mutant acts on each row's (p, q) alone,
+    so its law is class ``c``'s chain law weighted ``w_c`` in the cells ``c * V**L + sequence``,
+    the layout of :func:`specaudit.laws.chain.joint_probabilities`.
+    """
+    if name not in KERNELS:
+        return None
+    pairs = list(zip(class_chains(target), class_chains(draft)))
+    size = sum(spec.joint_cells * t.n_states * d.n_states * (spec.k + 1) for t, d in pairs)
+    if size > ENUMERATE_LIMIT:
+        return None
+    laws = [chain_law(t, d, spec.draft_law, spec.length, KERNELS[name]) for t, d in pairs]
+    if isinstance(target, MixedChain):
+        return np.concatenate([w * law for w, law in zip(target.weights.tolist(), laws)])
+    return laws[0]
 
 
 def mutant_law(spec: Scenario, name: str, samples: int = LAW_SAMPLES, seed: int = LAW_SEED) -> MutantLaw:
@@ -277,6 +311,8 @@ def mutant_law(spec: Scenario, name: str, samples: int = LAW_SAMPLES, seed: int 
     Returns
     -------
     MutantLaw
+        ``probs`` over :func:`joint_cells` cells (a batch mix: (class, sequence) cells, as
+        :func:`specaudit.laws.chain.joint_probabilities`).
         ``method`` is "exact" (kernel mutants), "lossless" (target law), "simulated" (cached),
         "dependent" (no per-sequence law models the bug; ``probs`` None) or "unavailable".
     """
@@ -305,7 +341,8 @@ def mutant_joint_law(spec: Scenario, mutant_name: str, samples: int = LAW_SAMPLE
     Returns
     -------
     ndarray
-        Shape ``[V**L]``, indexed like :func:`specaudit.laws.chain.joint_probabilities`. For a
+        Shape ``[V**L]`` (a batch mix: ``[C * V**L]``), indexed like
+        :func:`specaudit.laws.chain.joint_probabilities`. For a
         mutant whose bug is dependence between rows (``reused_uniforms``) the simulated
         per-sequence law is returned (it is close to the target's).
     """
@@ -314,7 +351,7 @@ def mutant_joint_law(spec: Scenario, mutant_name: str, samples: int = LAW_SAMPLE
         return law.probs
     if law.method == "dependent":
         path = _cache_file(spec, mutant_name, int(samples), int(seed))
-        counts = _load_counts(path, spec.joint_cells)
+        counts = _load_counts(path, joint_cells(spec))
         if counts is None:
             counts = _simulated_counts(spec, mutant_name, int(samples), int(seed))
             _store_counts(path, counts)
@@ -330,11 +367,12 @@ def mutant_joint_law(spec: Scenario, mutant_name: str, samples: int = LAW_SAMPLE
 def _simulate_laws(spec_json: str, mutant: str, samples: int, seed: int) -> dict[str, np.ndarray]:
     """Return a mutant's simulated feature laws (the joint law and the first round's accepted counts)."""
     spec = Scenario.model_validate_json(spec_json)
-    target, draft = spec.chains()
-    joint = JointCounts(spec.vocab, spec.length) if wants_joint(spec) else None
+    # the chain zoo speaks the probs contract: logits chains hand it their processed law (as a run does)
+    verify, target, draft = contract_logits.prepare(chain_zoo.get(mutant).func, "probs", *spec.chains())
+    joint = _joint_counts(spec) if wants_joint(spec) else None
     harness_ss, verifier_ss = np.random.SeedSequence([seed, samples]).spawn(2)
     rounds = simulate(
-        chain_zoo.get(mutant).func,
+        verify,
         target,
         draft,
         Plan(spec.length, samples, spec.batch, spec.draft_law),

@@ -7,6 +7,11 @@ case (:mod:`specaudit.stats.power`); mutant answers use the mutant's law from
 :mod:`specaudit.analysis.mutant_laws`. The answers come back as one :class:`PlanAnswer` (named so
 as not to be confused with the simulator's :class:`specaudit.simulate.chain.Plan`), which the
 CLI renders with :mod:`specaudit.reports.sensitivity`.
+
+A batch mix's joint law is over (class, sequence) cells, the target's and the mutant's alike
+(:func:`specaudit.analysis.mutant_laws.joint_cells`). :func:`refusal` says why a scenario has
+nothing to plan (mode exact or greedy, a lazy chain, too many cells), :func:`check_mutant` why a
+zoo mutant is not plannable (only the chain zoo, in the probs contract, has joint laws here).
 """
 
 from __future__ import annotations
@@ -15,8 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specaudit.analysis.mutant_laws import LAW_SAMPLES, mutant_law
-from specaudit.checks.statistical import wants_joint
+from specaudit.analysis.mutant_laws import LAW_SAMPLES, mutant_entry, mutant_law
 from specaudit.errors import UsageError
 from specaudit.laws import chain as exact
 from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
@@ -30,8 +34,55 @@ from specaudit.stats.power import (
     samples_for_tv,
     simulated_power,
 )
+from specaudit.verifiers import zoo
 
-__all__ = ["PlanAnswer", "plan"]
+__all__ = ["PlanAnswer", "check_mutant", "plan", "refusal"]
+
+#: Why a mode other than sample has nothing to plan (what it runs instead).
+_MODES = {
+    "exact": "mode: exact runs exact probes only (corners, contract clauses, adversarial uniforms): "
+             "no sample size to plan",
+    "greedy": "mode: greedy checks every sequence for equality with greedy decoding (one mismatch fails), "
+              "not a joint law: no sample size to plan",
+}
+#: What each zoo other than the chain zoo is, for the refusal of ``--mutant``.
+_ZOOS = {
+    "seeded": "a seeded mutant (lossless; only the seeded-rows probe of per-request generators sees it)",
+    "logits": "a logits mutant (the logits contract; its law depends on the processing, not a chain kernel)",
+    "tree": "a tree/block mutant (tree and block algorithms, not the chain rule)",
+}
+
+
+def refusal(spec: Scenario) -> str | None:
+    """Return why ``spec`` has no joint-law check to plan for (every reason that applies), or None."""
+    reasons = []
+    if spec.mode != "sample":
+        reasons.append(_MODES[spec.mode])
+    if spec.lazy:
+        reasons.append("its chains are lazy (kind zipf: rows generated on demand), so the joint law is not "
+                       "enumerated; a run checks the per-prefix and PIT laws instead")
+    elif spec.joint_cells > MAX_JOINT_CELLS:
+        reasons.append(f"V**L = {spec.vocab:,}**{spec.length} = {spec.joint_cells:,} cells > {MAX_JOINT_CELLS:,}, "
+                       "too many to enumerate (lower vocab or length); a run checks the per-prefix and PIT laws instead")
+    if not reasons:
+        return None
+    return (f"scenario {spec.name}: no joint-law check to plan for: " + "; and ".join(reasons)
+            + "; allowed: a mode: sample scenario with tabular chains and V**L <= "
+            + f"{MAX_JOINT_CELLS:,} cells")
+
+
+def check_mutant(name: str) -> None:
+    """Raise UsageError unless ``name`` is a chain-zoo mutant (the ones with a joint law to plan against)."""
+    try:
+        entry = zoo.get(name)
+    except KeyError:
+        entry = None
+    if entry is not None and entry.zoo != "chain":
+        raise UsageError(
+            f"--mutant: {name} is {_ZOOS.get(entry.zoo, f'a {entry.zoo} mutant')}: plan answers for chain "
+            f"mutants on probs-contract scenarios; allowed: {', '.join(zoo.chain.MUTANTS)}"
+        )
+    mutant_entry(name)  # unknown: the chain zoo's message, with the closest name
 
 
 @dataclass(frozen=True)
@@ -72,7 +123,8 @@ def plan(
     Parameters
     ----------
     spec : Scenario
-        A scenario with a joint-law check.
+        A mode: sample scenario with an enumerable joint law (else UsageError, :func:`refusal`);
+        a batch mix plans over its (class, sequence) cells.
     alpha : float
         Family-wise level; the test runs at ``alpha / tests`` (Bonferroni, a lower bound for
         Holm over ``tests`` checks; a run of the default suite has about 3 per scenario).
@@ -86,7 +138,7 @@ def plan(
     tv : float, optional
         Report the samples needed to detect this TV in every direction.
     mutant : str, optional
-        Report the samples needed to catch this zoo mutant.
+        Report the samples needed to catch this chain-zoo mutant (:func:`check_mutant`).
     law_samples : int
         Simulation size for a mutant law that is not exact.
 
@@ -107,11 +159,11 @@ def plan(
         raise UsageError(f"tests = {tests}; allowed: >= 1")
     if samples is not None and samples < 1:
         raise UsageError(f"samples = {samples}; allowed: >= 1")
-    if not wants_joint(spec):
-        raise UsageError(
-            f"scenario {spec.name}: no joint-law check to plan for (V**L = {spec.joint_cells:,} cells > "
-            f"{MAX_JOINT_CELLS:,}, or a lazy chain); lower vocab or length"
-        )
+    if mutant is not None:
+        check_mutant(mutant)
+    why = refusal(spec)
+    if why is not None:
+        raise UsageError(why)
     level = alpha / tests
     target, _ = spec.chains()
     probs = exact.joint_probabilities(target, spec.length)

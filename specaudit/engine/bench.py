@@ -146,7 +146,8 @@ class Bench:
         if self.greedy:
             tally.greedy = GreedyMatch(self.target, spec.length)
         elif self.joint:
-            tally.joint = JointCounts(spec.vocab, spec.length, len(spec.mix) if spec.mix else 1)  # a mix: (class, seq)
+            # a mix, even of one class: (class, seq) rows
+            tally.joint = JointCounts(spec.vocab, spec.length, len(spec.mix or ()) or 1, mixed=spec.mix is not None)
             greedy_rows = serving.greedy_rows_sink(self.target, spec.length)  # a mix's temperature-0 classes
             if greedy_rows is not None:
                 tally.extra = {"greedy-rows": greedy_rows}

@@ -67,6 +67,12 @@ __all__ = ["CheckCalibration", "MutantOutcome", "SelftestResult", "TailTest", "j
 DEFAULT_SAMPLES = 20_000
 #: Verifier-path runs: they check the wiring; the power against miscalibration is the law stage's.
 DEFAULT_SEEDS = 20
+#: Allowed seeds: a KS test of fewer p-values says little (the CLI's --seeds states the same range).
+MIN_SEEDS, MAX_SEEDS = 10, 10**6
+#: Allowed law-stage draws: 0 (skip it) or MIN_DRAWS .. MAX_DRAWS (fewer cannot judge the tail).
+MIN_DRAWS, MAX_DRAWS = 1_000, 10**7
+#: Allowed sequences per scenario and run (fewer leave the groups empty).
+MIN_SAMPLES = 100
 #: Exact-null draws per (scenario, check) of the law stage (x4 for the re-run rule, read at alpha alone).
 DEFAULT_DRAWS = 5_000
 #: Levels at which the law stage counts p-values: the run reads alpha / m (~3e-5) to the suspect level (0.1).
@@ -400,7 +406,7 @@ def selftest(
     scenarios : sequence of str, optional
         Scenario names, tags or paths (default: the default suite).
     seeds : int
-        R, the number of seeded null runs of the reference verifier (>= 10).
+        R, the number of seeded null runs of the reference verifier (``MIN_SEEDS`` .. ``MAX_SEEDS``).
     samples : int
         Sequences per scenario in every run (calibration and mutants).
     alpha : float
@@ -410,7 +416,8 @@ def selftest(
     progress : callable, optional
         ``progress(stage, done, total)`` after every run.
     draws : int
-        Exact-null draws per (scenario, check) of the law stage (0: skip it).
+        Exact-null draws per (scenario, check) of the law stage (0: skip it; else ``MIN_DRAWS`` ..
+        ``MAX_DRAWS``).
     reader : Reader
         How the law stage reads a statistic into a p-value: the library's (`null_draws.exact_reader`);
         tests and ``benchmarks/selftest_power.py`` put deliberately miscalibrated ones here.
@@ -431,12 +438,13 @@ def selftest(
     ----------
     .. [1] L'Ecuyer, P. and Simard, R. (2007). TestU01. ACM TOMS 33(4), sec. 3 (two-level tests).
     """
-    if seeds < 10:
-        raise UsageError(f"seeds = {seeds}; allowed: >= 10 (a KS test of fewer p-values says little)")
-    if draws and draws < 1000:
-        raise UsageError(f"draws = {draws}; allowed: 0 (no law stage) or >= 1000")
-    if samples < 100:
-        raise UsageError(f"samples = {samples}; allowed: >= 100")
+    if not MIN_SEEDS <= seeds <= MAX_SEEDS:
+        raise UsageError(f"seeds = {seeds}; allowed: an integer {MIN_SEEDS:,} .. {MAX_SEEDS:,} "
+                         "(a KS test of fewer p-values says little)")
+    if draws and not MIN_DRAWS <= draws <= MAX_DRAWS:
+        raise UsageError(f"draws = {draws}; allowed: 0 (no law stage) or an integer {MIN_DRAWS:,} .. {MAX_DRAWS:,}")
+    if samples < MIN_SAMPLES:
+        raise UsageError(f"samples = {samples}; allowed: an integer >= {MIN_SAMPLES:,}")
     # every run of the self-test: re-runs and diagnosis off (validates alpha)
     settings = RunSettings(alpha=alpha, samples=samples, suspect_level=0.0, diagnose=False)
     loaded = resolve_scenarios(scenarios)

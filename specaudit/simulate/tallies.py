@@ -34,18 +34,28 @@ class Sink(Protocol):
 class JointCounts:
     """Counts of whole sequences, cell index = sum_t x_t V**(L-1-t).
 
-    With ``classes`` > 1 (a batch mix: :mod:`specaudit.chains.serving`) the sequences arrive with
-    their request class as a leading column and the cell is ``class * V**L + sequence``.
+    With ``mixed`` (a batch mix: :mod:`specaudit.chains.serving`, ``classes`` request classes) the
+    sequences arrive with their request class as a leading column and the cell is
+    ``class * V**L + sequence``. A mix of one class still has that column (the simulator adds it
+    for every :class:`~specaudit.chains.serving.MixedChain`), so the column follows ``mixed``, not
+    ``classes > 1``; ``mixed`` defaults to ``classes > 1``.
     """
 
-    def __init__(self, vocab: int, length: int, classes: int = 1):
+    def __init__(self, vocab: int, length: int, classes: int = 1, *, mixed: bool | None = None):
+        self.mixed = classes > 1 if mixed is None else mixed
+        if classes > 1 and not self.mixed:
+            raise ValueError(f"joint counts of {classes} classes need the class column (mixed=True)")
         self.weights = vocab ** np.arange(length - 1, -1, -1, dtype=np.int64)
-        if classes > 1:
+        if self.mixed:
             self.weights = np.concatenate([[vocab**length], self.weights]).astype(np.int64)
         self.counts = np.zeros(classes * vocab**length, dtype=np.int64)
 
     def observe(self, sequences: np.ndarray) -> None:
         """Add the sequences' cells to the counts."""
+        if sequences.shape[1] != self.weights.size:
+            what = "a class column, then" if self.mixed else "no class column,"
+            raise ValueError(f"joint counts take rows of {what} {self.weights.size - self.mixed} tokens; "
+                             f"got rows of {sequences.shape[1]} columns")
         self.counts += np.bincount(sequences @ self.weights, minlength=self.counts.size)
 
     def merge(self, other: JointCounts) -> None:

@@ -271,3 +271,14 @@ def test_cli_refuses_a_scenario_whose_chains_have_no_device_form(cli):
     done = cli("run", REF, "--adapter", "torch", "--device", "cpu", "-s", "serving-mix", "--samples", "200")
     assert done.exit_code == int(ExitCode.USAGE_ERROR)
     assert "has no device form" in done.output and "leave out --device" in done.output
+
+
+@pytest.mark.parametrize(("flag", "given", "arg"), [("--device", "cpu", "device=cuda"), ("--dtype", "float32", "dtype=float16")])
+def test_two_answers_for_one_adapter_option_are_refused(cli, flag, given, arg):
+    # --device / --dtype are the adapter's options: a disagreeing --adapter-arg was resolved silently
+    done = cli("run", REF, "--adapter", "torch", flag, given, "--adapter-arg", arg, "-s", "markov-v4", "--samples", "200")
+    assert done.exit_code == int(ExitCode.USAGE_ERROR), done.output
+    assert f"{flag} {given} and --adapter-arg {arg} disagree" in " ".join(done.output.split())
+    same = cli("run", REF, "--adapter", "torch", flag, given, "--adapter-arg", f"{arg.split('=')[0]}={given}",
+               "-s", "markov-v4", "--samples", "2000", "--no-power", "-q")
+    assert same.exit_code == 0, same.output
