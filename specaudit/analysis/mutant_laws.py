@@ -59,6 +59,7 @@ from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
 from specaudit.simulate.blocks import run_blocks
 from specaudit.simulate.chain import Plan, simulate
 from specaudit.simulate.tallies import JointCounts
+from specaudit.stats.power import VERIFY_REPS, detectable_tv
 from specaudit.verifiers.zoo import chain as chain_zoo
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "Laws",
     "MutantLaw",
     "cache_dir",
+    "cached_detectable_tv",
     "default_provider",
     "is_chain",
     "joint_cells",
@@ -176,42 +178,50 @@ class _Unchecked(Exception):
     """A cache file of the format without checksum: recomputed quietly."""
 
 
-def _read_cache(path: Path, cells: int) -> np.ndarray:
-    """Return the counts of a cache file, checked before anything is allocated; raise ValueError saying why not.
+def _read_cache(path: Path, cells: int, dtype: str = "<i8") -> np.ndarray:
+    """Return the array of a cache file, checked before anything is allocated; raise ValueError saying why not.
 
-    The header must announce exactly ``cells`` int64 counts (a header claiming 10**11 entries is
-    refused, not allocated), the file must be exactly header + data + checksum trailer long (a
-    truncated or padded file is refused), and the data must match its SHA-256 and be counts.
+    The header must announce exactly ``cells`` entries of ``dtype`` (a header claiming 10**11
+    entries is refused, not allocated), the file must be exactly header + data + checksum trailer
+    long (a truncated or padded file is refused), and the data must match its SHA-256; counts
+    (int64) must be counts, floats finite and non-negative.
     """
+    item = np.dtype(dtype).itemsize
     size = path.stat().st_size
-    if size > _MAX_HEADER + 8 * cells + _TRAILER_BYTES:
-        raise ValueError(f"{size:,} bytes, more than {cells:,} counts take")
+    if size > _MAX_HEADER + item * cells + _TRAILER_BYTES:
+        raise ValueError(f"{size:,} bytes, more than {cells:,} entries take")
     with path.open("rb") as fh:
         version = np.lib.format.read_magic(fh)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(fh, max_header_size=_MAX_HEADER)
-        if tuple(shape) != (cells,) or dtype != np.dtype("<i8") or fortran:
-            raise ValueError(f"header claims {dtype} of shape {tuple(shape)}; expected int64 of shape ({cells},)")
-        if size == fh.tell() + 8 * cells:
+        shape, fortran, found = read_header(fh, max_header_size=_MAX_HEADER)
+        if tuple(shape) != (cells,) or found != np.dtype(dtype) or fortran:
+            raise ValueError(f"header claims {found} of shape {tuple(shape)}; expected {np.dtype(dtype)} of shape ({cells},)")
+        if size == fh.tell() + item * cells:
             raise _Unchecked  # written before cache files carried a checksum: recomputed, nothing is wrong
-        if size != fh.tell() + 8 * cells + _TRAILER_BYTES:
-            raise ValueError(f"{size:,} bytes, not the {fh.tell() + 8 * cells + _TRAILER_BYTES:,} of its header (truncated?)")
-        data = fh.read(8 * cells)
+        if size != fh.tell() + item * cells + _TRAILER_BYTES:
+            raise ValueError(f"{size:,} bytes, not the {fh.tell() + item * cells + _TRAILER_BYTES:,} of its header (truncated?)")
+        data = fh.read(item * cells)
         trailer = fh.read()
     if not trailer.startswith(_CHECKSUM_TAG) or trailer[len(_CHECKSUM_TAG):] != hashlib.sha256(data).hexdigest().encode():
         raise ValueError("checksum does not match its data")
-    counts = np.frombuffer(data, dtype="<i8").astype(np.int64)
-    if counts.min(initial=0) < 0 or counts.sum() <= 0:
-        raise ValueError("counts negative or all zero")
-    return counts
+    values = np.frombuffer(data, dtype=dtype)
+    if values.dtype.kind == "i":
+        counts = values.astype(np.int64)
+        if counts.min(initial=0) < 0 or counts.sum() <= 0:
+            raise ValueError("counts negative or all zero")
+        return counts
+    floats = values.astype(np.float64)
+    if not (np.isfinite(floats) | np.isposinf(floats)).all() or (floats < 0).any():
+        raise ValueError("values NaN or negative")
+    return floats
 
 
-def _load_counts(path: Path | None, cells: int) -> np.ndarray | None:
-    """Return cached counts, or None when absent or bad (a bad file is reported in one line and recomputed)."""
+def _load_counts(path: Path | None, cells: int, dtype: str = "<i8") -> np.ndarray | None:
+    """Return a cached array, or None when absent or bad (a bad file is reported in one line and recomputed)."""
     try:
         if path is None or not path.is_file():
             return None
-        return _read_cache(path, cells)
+        return _read_cache(path, cells, dtype)
     except _Unchecked:
         return None
     except (OSError, ValueError, EOFError, SyntaxError) as exc:  # numpy's header parser raises all three
@@ -220,11 +230,11 @@ def _load_counts(path: Path | None, cells: int) -> np.ndarray | None:
         return None
 
 
-def _store_counts(path: Path | None, counts: np.ndarray) -> None:
-    """Write counts atomically with their checksum; a read-only or full disk only costs the cache."""
+def _store_counts(path: Path | None, counts: np.ndarray, dtype: str = "<i8") -> None:
+    """Write an array atomically with its checksum; a read-only or full disk only costs the cache."""
     if path is None:
         return
-    data = np.ascontiguousarray(counts, dtype="<i8")
+    data = np.ascontiguousarray(counts, dtype=dtype)
     buf = io.BytesIO()
     np.save(buf, data, allow_pickle=False)
     buf.write(_CHECKSUM_TAG + hashlib.sha256(data.tobytes()).hexdigest().encode())
@@ -232,6 +242,25 @@ def _store_counts(path: Path | None, counts: np.ndarray) -> None:
         atomic_write(path, buf.getvalue())
     except OSError:
         return
+
+
+def cached_detectable_tv(probs: np.ndarray, n: int, alpha: float, power: float) -> float:
+    """Return :func:`specaudit.stats.power.detectable_tv`, from the disk cache when computed before.
+
+    Its simulation check (thousands of multinomial replicates in the least-favourable direction)
+    is most of a small run's power figures; the answer depends only on the law, n, the level and
+    the power (the replicates have a fixed seed), which key the file.
+    """
+    probs = np.ascontiguousarray(probs, dtype=np.float64)
+    root = cache_dir()
+    key = hashlib.sha256(probs.tobytes() + repr((int(n), float(alpha), float(power), VERIFY_REPS)).encode()).hexdigest()
+    path = None if root is None else root / "detectable-tv" / __version__ / f"{key[:40]}.npy"
+    cached = _load_counts(path, 1, "<f8")
+    if cached is not None:
+        return float(cached[0])
+    tv = detectable_tv(probs, n, alpha, power)
+    _store_counts(path, np.array([tv]), "<f8")
+    return tv
 
 
 def simulation_seed(spec: Scenario, name: str, seed: int) -> int:

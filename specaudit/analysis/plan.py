@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specaudit.analysis.mutant_laws import LAW_SAMPLES, mutant_entry, mutant_law
+from specaudit.analysis.mutant_laws import LAW_SAMPLES, cached_detectable_tv, mutant_entry, mutant_law
 from specaudit.errors import UsageError
 from specaudit.laws import chain as exact
 from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
@@ -28,7 +28,6 @@ from specaudit.stats import gof as stats
 from specaudit.stats.power import (
     TARGET_POWER,
     check_level,
-    detectable_tv,
     power_against,
     samples_for_law,
     samples_for_tv,
@@ -172,7 +171,7 @@ def plan(
     out = PlanAnswer(spec.name, int((probs > 0).sum()), level, power)
     if samples is not None:
         groups = int(stats.merge_groups(probs * samples).max()) + 1
-        out = replace(out, samples=int(samples), groups=groups, detectable_tv=detectable_tv(probs, samples, level, power))
+        out = replace(out, samples=int(samples), groups=groups, detectable_tv=cached_detectable_tv(probs, samples, level, power))
     if tv is not None:
         out = replace(out, tv=tv, samples_for_tv=samples_for_tv(probs, tv, level, power))
     if mutant is not None:

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from specaudit.analysis.mutant_laws import LAW_SAMPLES, MutantLaw, is_chain, mutant_law
+from specaudit.analysis.mutant_laws import LAW_SAMPLES, MutantLaw, cached_detectable_tv, is_chain, mutant_law
 from specaudit.laws import chain as exact
 from specaudit.scenarios.schema import Scenario
 from specaudit.stats import gof as stats
-from specaudit.stats.power import TARGET_POWER, detectable_tv, power_against
+from specaudit.stats.power import TARGET_POWER, power_against
 from specaudit.verifiers.zoo import chain as chain_zoo
 
 __all__ = [
@@ -163,7 +163,7 @@ def scenario_power(
         target_power=target_power,
         cells=int((probs > 0).sum()),
         groups=groups,
-        detectable_tv=detectable_tv(probs, n, alpha, target_power),
+        detectable_tv=cached_detectable_tv(probs, n, alpha, target_power),
         mutants=tuple(rows),
         law_samples=law_samples,
     )

@@ -240,3 +240,29 @@ def test_plan_agrees_with_reality(scenario, mutant):
         checks.joint_law(runner.measure(MUTANTS[mutant].func, sized, seed)).pvalue <= 1e-3 for seed in range(100)
     )
     assert abs(hits / 100 - predicted) <= 0.05, (n, predicted, hits)
+
+
+def test_detectable_tv_is_cached_on_disk_and_a_bad_file_is_recomputed(tmp_path, monkeypatch, capsys):
+    rng = np.random.default_rng(31)
+    probs = rng.dirichlet(np.ones(16))
+    want = spower.detectable_tv(probs, 5000, 1e-4)  # the simulation-verified figure, computed here
+    assert mutant_laws.cached_detectable_tv(probs, 5000, 1e-4, spower.TARGET_POWER) == want
+    (path,) = (tmp_path / "cache" / "detectable-tv").rglob("*.npy")
+
+    def boom(*args, **kwargs):
+        raise AssertionError("recomputed although cached")
+
+    monkeypatch.setattr(mutant_laws, "detectable_tv", boom)
+    assert mutant_laws.cached_detectable_tv(probs, 5000, 1e-4, spower.TARGET_POWER) == want  # read back
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECAUDIT_CACHE", str(tmp_path / "cache"))
+    other = mutant_laws.cached_detectable_tv(probs, 6000, 1e-4, spower.TARGET_POWER)  # another n: another key
+    assert other == spower.detectable_tv(probs, 6000, 1e-4) and other < want
+    data = bytearray(path.read_bytes())
+    data[-mutant_laws._TRAILER_BYTES - 1] ^= 1  # a flipped bit in the value: the checksum no longer matches
+    path.write_bytes(bytes(data))
+    assert mutant_laws.cached_detectable_tv(probs, 5000, 1e-4, spower.TARGET_POWER) == want
+    err = capsys.readouterr().err
+    assert f"ignored cache file {path} (checksum does not match its data)" in err, err
+    np.save(path, np.array([np.nan]))  # no trailer, NaN: ignored quietly as an old-format file, recomputed
+    assert mutant_laws.cached_detectable_tv(probs, 5000, 1e-4, spower.TARGET_POWER) == want
