@@ -185,6 +185,10 @@ def measure_large(name: str, dtype: str, samples: int, path: str) -> dict[str, f
             return verify(draft, q, p, num_draft, rng)
         return call
 
+    if path != "numpy":  # torch and the device path imported before the clock starts, like numpy's modules above
+        import torch  # noqa: F401
+
+        import specaudit.simulate.device  # noqa: F401
     t0, cpu0 = time.perf_counter(), time.process_time()
     if path == "numpy":
         bench = Bench(counted(reference), spec)
@@ -255,6 +259,12 @@ def large_table(samples: int, torch_samples: int, bandwidth: float, quick: bool)
                 out[f"{name}/{dtype}/{path}"] = {**m, "floor": floor}
     if why is not None:
         print(f"  torch path: {why}")
+    else:
+        for dtype in ("float64", "float32"):
+            a, b = out.get(f"{LARGE[0]}/{dtype}/numpy"), out.get(f"{LARGE[0]}/{dtype}/torch-cpu")
+            if a and b:
+                ratio = (a["rows"] / a["wall"]) / (b["rows"] / b["wall"])
+                print(f"  {LARGE[0]} {dtype}: numpy rows/s / torch-cpu rows/s = {ratio:.2f} (goal <= 1.5)")
     print(f"  goals: peak RSS <= {RSS_GOAL_GIB} GiB; floor ratio (run time / floor) <= {FLOOR_GOAL} at every V "
           "(CPU seconds / floor; harness: without the time inside the verifier; whole: with the reference inside)")
     return out
@@ -278,7 +288,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="every section on small sizes (tests)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--samples-large", type=int, default=2000)
-    parser.add_argument("--samples-torch", type=int, default=400, help="sequences per line on the torch path")
+    parser.add_argument("--samples-torch", type=int, default=None,
+                        help="sequences per line on the torch path (default: --samples-large, the numpy path's)")
     parser.add_argument("--gate-samples", type=int, default=20000)
     parser.add_argument("--skip-gate", action="store_true")
     parser.add_argument("--zoo", action="store_true", help="samples to a verdict per distribution mutant (slow)")
@@ -316,7 +327,8 @@ def main() -> None:
 
     bandwidth = copy_bandwidth(64 if quick else 256)
     print(f"copy bandwidth: {bandwidth / 1e9:.2f} GB/s (np.copyto, best of 5; the floor of the ratios below)")
-    figures = large_table(100 if quick else args.samples_large, 50 if quick else args.samples_torch, bandwidth, quick)
+    figures = large_table(100 if quick else args.samples_large,
+                          50 if quick else args.samples_torch or args.samples_large, bandwidth, quick)
 
     load = os.getloadavg()[0]
     one, two, same = jobs_speedup(small)
