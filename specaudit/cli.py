@@ -408,7 +408,8 @@ def _adapter_options(pairs: tuple[str, ...], device: str | None, dtype: str | No
     for key, value in (("device", device), ("dtype", dtype)):
         if value is None:
             continue
-        if key in options and options[key] != value:  # two answers to one question: say which, never pick one
+        same = options.get(key, value).replace("cuda:0", "cuda") == value.replace("cuda:0", "cuda")  # cuda is cuda:0
+        if not same:  # two answers to one question: say which, never pick one
             raise UsageError(f"--{key} {value} and --adapter-arg {key}={options[key]} disagree; give the {key} once "
                              f"(--{key} is the adapter's {key} option)")
         options[key] = value

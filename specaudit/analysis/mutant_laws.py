@@ -211,8 +211,8 @@ def _read_cache(path: Path, cells: int, dtype: str = "<i8") -> np.ndarray:
             raise ValueError("counts negative or all zero")
         return counts
     floats = values.astype(np.float64)
-    if not (np.isfinite(floats) | np.isposinf(floats)).all() or (floats < 0).any():
-        raise ValueError("values NaN or negative")
+    if not (np.isfinite(floats) | np.isposinf(floats)).all() or (floats <= 0).any():  # a TV detectable at finite n is > 0
+        raise ValueError("values NaN, zero or negative")
     return floats
 
 
@@ -224,7 +224,7 @@ def _load_counts(path: Path | None, cells: int, dtype: str = "<i8") -> np.ndarra
         return _read_cache(path, cells, dtype)
     except _Unchecked:
         return None
-    except (OSError, ValueError, EOFError, SyntaxError) as exc:  # numpy's header parser raises all three
+    except (OSError, ValueError, EOFError, SyntaxError, RecursionError) as exc:  # numpy's header parser raises these
         # one line on stderr, whoever configured logging: a bad cache costs time, never the run
         print(f"specaudit: warning: ignored cache file {path} ({exc}); recomputing it", file=sys.stderr)
         return None

@@ -46,6 +46,7 @@ from specaudit.stats.gof import holm
 __all__ = [
     "DEFAULT_ALPHA",
     "RERUN_FACTOR",
+    "capped",
     "RunSettings",
     "apply_holm",
     "bind",
@@ -160,19 +161,19 @@ def rerun_suspects(
     alpha: float,
     suspect_level: float,
 ) -> tuple[ScenarioResult, ...]:
-    """Re-run every SUSPECT scenario (none of whose gating checks failed) on a fresh seed with RERUN_FACTOR x the samples.
+    """Re-run every SUSPECT scenario (none of whose gating checks failed or errored) on a fresh seed with RERUN_FACTOR x the samples.
 
     ``remeasure(index, seed, samples)`` measures scenario ``index`` again. The re-run's p-values
     replace the first ones in the Holm family and decide the scenario (``ScenarioResult.rerun``);
     the first result is kept as it was. The family-wise error rate stays below
     ``alpha (1 + P(suspect))``: the second look spends alpha only after a first suspect.
     """
-    # a scenario that already failed a gating check stays failed: a re-run could only cost time, or
-    # overturn a rejection made at the run's level
+    # a scenario that already failed a gating check (or whose probe errored) stays so: a re-run could
+    # only cost time, or overturn a rejection made at the run's level
     suspects = [
         i for i, s in enumerate(results)
         if s.error is None and any(c.gate and c.status is Status.SUSPECT and c.adjusted_pvalue is not None for c in s.checks)
-        and not any(c.gate and c.status is Status.FAILED for c in s.checks)
+        and not any(c.gate and c.status in (Status.FAILED, Status.ERROR) for c in s.checks)
     ]
     if not suspects:
         return tuple(results)
@@ -184,6 +185,24 @@ def rerun_suspects(
     for i in suspects:
         out[i] = dataclasses.replace(results[i], rerun=settled[i])
     return tuple(out)
+
+
+def capped(remeasure: Remeasure, specs: Sequence[Scenario], settings: RunSettings) -> Remeasure:
+    """Return ``remeasure`` keeping a ``--certify-tv`` run's sample cap (``--samples``, else the planned cap).
+
+    A suspect's re-run asks for RERUN_FACTOR x the first run's sequences; a certificate never
+    rests on more sequences than the cap the user set.
+    """
+    if settings.certify_tv is None:
+        return remeasure
+    eps = settings.certify_tv
+
+    def again(i: int, fresh_seed: int, n: int) -> ScenarioResult:
+        if has_joint_law(specs[i]):
+            n = min(n, settings.samples or certify_cap(specs[i], eps, settings.alpha) or n)
+        return remeasure(i, fresh_seed, n)
+
+    return again
 
 
 def execute(
@@ -203,9 +222,6 @@ def execute(
     stop_level = settings.stop_level(len(loaded))
 
     def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
-        if settings.certify_tv is not None and has_joint_law(loaded[i].spec):  # a re-run keeps the certificate's cap
-            cap = settings.samples or certify_cap(loaded[i].spec, settings.certify_tv, settings.alpha) or n
-            n = min(n, cap)
         return run_scenarios([tasks[i]._replace(seed=fresh_seed, samples=n)], settings, stop_level=stop_level)[0]
 
     with catch_interrupts():  # a KeyboardInterrupt is the user's only after a real SIGINT
@@ -287,7 +303,8 @@ def finish(
     alpha, suspect = settings.alpha, settings.holm_suspect
     checked = apply_holm(results, alpha, suspect)
     if remeasure is not None and suspect is not None and not interrupted:
-        checked, interrupted = _interruptible(lambda: rerun_suspects(checked, remeasure, alpha, suspect), checked)
+        again = capped(remeasure, specs, settings)
+        checked, interrupted = _interruptible(lambda: rerun_suspects(checked, again, alpha, suspect), checked)
     if settings.power and not interrupted:
         checked, interrupted = _interruptible(lambda: annotate_power(checked, specs, alpha), checked)
     if settings.diagnose and not interrupted:

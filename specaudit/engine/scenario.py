@@ -155,7 +155,7 @@ def check_certifiable(loaded: Sequence[LoadedScenario], settings: RunSettings) -
     its Hoeffding slack, even when the sample matches the target exactly.
     """
     eps = settings.certify_tv
-    if eps is None:
+    if eps is None or not loaded:  # nothing to run: the run says so (exit 5)
         return
     joint = [item for item in loaded if has_joint_law(item.spec)]
     if not joint:
@@ -164,9 +164,9 @@ def check_certifiable(loaded: Sequence[LoadedScenario], settings: RunSettings) -
         why = (f"mode {spec.mode!r}: no sampled law" if spec.mode != "sample" else
                f"{spec.joint_cells:,} possible sequences (vocab ** length) are too many to count; it is checked "
                "per prefix and by PIT, which certify no TV")
-        which = f"scenario {item.name} ({item.path}) has" if len(loaded) == 1 else f"none of the {len(loaded)} scenarios has"
-        raise UsageError(f"--certify-tv {eps:g}: {which} a joint law to bound (e.g. {item.name}: {why}); "
-                         "certify scenarios with an enumerated joint law, e.g. -s markov-v4")
+        which = (f"scenario {item.name} ({item.path}) has no joint law to bound ({why})" if len(loaded) == 1 else
+                 f"none of the {len(loaded)} scenarios has a joint law to bound (e.g. {item.name}: {why})")
+        raise UsageError(f"--certify-tv {eps:g}: {which}; certify scenarios with an enumerated joint law, e.g. -s markov-v4")
     for item in joint:
         spec = item.spec
         if settings.samples is None:

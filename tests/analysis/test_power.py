@@ -266,3 +266,24 @@ def test_detectable_tv_is_cached_on_disk_and_a_bad_file_is_recomputed(tmp_path, 
     assert f"ignored cache file {path} (checksum does not match its data)" in err, err
     np.save(path, np.array([np.nan]))  # no trailer, NaN: ignored quietly as an old-format file, recomputed
     assert mutant_laws.cached_detectable_tv(probs, 5000, 1e-4, spower.TARGET_POWER) == want
+
+
+@pytest.mark.parametrize(("header", "value", "why"), [
+    ("-" * 3000 + "1", 0.1, "ignored cache file"),  # numpy's header parser recursed: an internal error (exit 3)
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", 0.0, "values NaN, zero or negative"),
+])
+def test_a_hostile_detectable_tv_file_is_recomputed(tmp_path, capsys, header, value, why):
+    import hashlib
+
+    rng = np.random.default_rng(32)
+    probs = rng.dirichlet(np.ones(8))
+    want = mutant_laws.cached_detectable_tv(probs, 3000, 1e-3, spower.TARGET_POWER)
+    (path,) = (tmp_path / "cache" / "detectable-tv").rglob("*.npy")
+    text = header.encode()
+    pad = 64 - (10 + len(text) + 1) % 64
+    payload = np.array([value]).tobytes()
+    path.write_bytes(b"\x93NUMPY\x01\x00" + (len(text) + pad + 1).to_bytes(2, "little") + text + b" " * pad + b"\n"
+                     + payload + mutant_laws._CHECKSUM_TAG + hashlib.sha256(payload).hexdigest().encode())
+    assert mutant_laws.cached_detectable_tv(probs, 3000, 1e-3, spower.TARGET_POWER) == want
+    err = capsys.readouterr().err
+    assert why in err and err.count("ignored cache file") == 1, err

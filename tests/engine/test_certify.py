@@ -100,7 +100,15 @@ def test_hostile_eps_through_the_api(eps: object) -> None:
 def test_a_run_with_no_joint_law_to_bound_is_a_usage_error(cli: Callable[..., Result], scenario: str, why: str) -> None:
     res = cli("run", "specaudit.reference:verify", "-s", scenario, "--certify-tv", "0.01")
     assert res.exit_code == ExitCode.USAGE_ERROR, res.output
-    assert f"scenario {scenario} " in res.output and "a joint law to bound" in res.output and why in res.output
+    text = " ".join(res.output.split())
+    assert f"scenario {scenario} " in text and "has no joint law to bound" in text and why in text
+    both = cli("run", "specaudit.reference:verify", "-s", scenario, "-s", "bad-rows", "--certify-tv", "0.01")
+    assert both.exit_code == ExitCode.USAGE_ERROR and "none of the 2 scenarios has a joint law" in both.output
+
+
+def test_a_selection_that_matches_nothing_is_nothing_to_run(cli: Callable[..., Result]) -> None:
+    res = cli("run", "specaudit.reference:verify", "-s", "tag:nonexistent", "--certify-tv", "0.05")
+    assert res.exit_code == ExitCode.NO_SCENARIOS, res.output  # was an IndexError: exit 3
 
 
 def test_scenarios_without_joint_law_run_beside_certified_ones(cli: Callable[..., Result]) -> None:
@@ -127,6 +135,16 @@ def test_an_eps_below_the_cap_s_least_bound_is_refused_before_sampling(cli: Call
     assert slack <= floor <= slack * 1.2 and "--samples 1,000,000,000" in text
     res = cli("run", "specaudit.reference:verify", "-s", "markov-v4", "--certify-tv", "0.04", "--samples", "2000")
     assert res.exit_code == ExitCode.USAGE_ERROR and "is at least 0.04" in " ".join(res.output.split()), res.output
+
+
+def test_a_supervised_suspect_re_run_keeps_the_cap(cli: Callable[..., Result], tmp_path: Path) -> None:
+    # the CLI's supervised path re-ran at 4x the cap and certified there (exit 0 where the cap gives exit 6)
+    out = tmp_path / "r.json"
+    res = cli("run", "specaudit.reference:verify", "-s", "markov-v4", "--certify-tv", "0.05", "--samples", "2000",
+              "--no-power", "--suspect-level", "0.999", "--json", out)
+    doc = json.loads(out.read_text())
+    rerun = doc["scenarios"][0]["rerun"]
+    assert rerun is not None and rerun["samples"] == 2000 and rerun["tv_bound"]["sequences"] <= 2000, res.output
 
 
 def test_a_suspect_re_run_keeps_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:

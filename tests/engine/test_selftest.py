@@ -172,6 +172,18 @@ def test_a_scenario_that_already_failed_is_not_rerun_for_its_suspect_check():
     assert out[1].status is Status.PASSED  # the other suspect is re-run as before
 
 
+def test_a_probe_error_is_not_rerun_away():
+    # a probe that errored (a verifier raising on one probe call) beside a suspect check: the ERROR stands
+    import dataclasses
+
+    first = runner.apply_holm([_scenario("a", [0.01])], 1e-3, 0.1)
+    errored = CheckResult("adversarial-uniforms", Category.CONTRACT, Status.ERROR, "raised ValueError", None, None)
+    first = [dataclasses.replace(first[0], checks=(*first[0].checks, errored))]
+    assert first[0].status is Status.ERROR
+    out = runner.rerun_suspects(first, lambda i, seed, n: _scenario("a", [0.9], n), 1e-3, 0.1)
+    assert out[0] is first[0] and out[0].status is Status.ERROR and out[0].rerun is None
+
+
 def test_suspect_scenario_is_rerun_end_to_end_and_survives_json(tmp_path):
     # resample_from_p at N = 100 is borderline: suspect at first, caught with 4x the samples
     result = specaudit.run(
