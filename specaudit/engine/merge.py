@@ -26,7 +26,7 @@ from specaudit.engine.scenario import tv_bound
 from specaudit.engine.settings import RunSettings, adapter_of
 from specaudit.engine.supervisor import supervised_remeasure
 from specaudit.errors import UsageError
-from specaudit.results import ErrorInfo, RunResult, ScenarioResult, Status
+from specaudit.results import CheckResult, ErrorInfo, RunResult, ScenarioResult, Status
 from specaudit.results.document import scenario_from_dict
 from specaudit.scenarios.loading import LoadedScenario
 from specaudit.scenarios.schema import Scenario
@@ -122,8 +122,9 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
             raise UsageError(f"{paths[0]}: scenario {s0['name']} carries no shard data; was it written by this specaudit?")
         spec = Scenario.model_validate(info["scenario"])
         specs.append(spec)
-        if "tally" not in info:  # exact-mode scenarios: probes, no blocks; every shard ran them whole
-            out.append(_unsettled(scenario_from_dict(s0)))
+        probes = _probes(parts)  # every shard ran the probes whole: the worst of their findings
+        if "tally" not in info:  # exact-mode scenarios: probes, no blocks
+            out.append(dataclasses.replace(_unsettled(scenario_from_dict(s0)), checks=probes))
             continue
         extra = {"adapter": info["adapter"]} if "adapter" in info else {}
         if errors:
@@ -138,11 +139,9 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
             raise UsageError(f"scenario {spec.name}: the shards hold blocks {tally.blocks}, expected 0..{bench.blocks - 1}")
         measured = bench.measured(tally, settings.method)
         checked = evaluate(measured, settings.gate_efficiency)
-        # the contract probes ran whole in every shard (same seed, same calls): shard 0's are the run's,
-        # in the run's order, with the checks of the summed tallies in their places
+        # the probes in the run's order, with the checks of the summed tallies in their places
         simulated = {c.name: c for c in checked}
-        first_checks = _unsettled(scenario_from_dict(s0)).checks
-        checked = (*(simulated.pop(c.name, c) for c in first_checks), *simulated.values())
+        checked = (*(simulated.pop(c.name, c) for c in probes), *simulated.values())
         if not spec.lazy:
             extra["tokens_per_step_exact"] = measured.horizon.tokens_per_step
         extra["merged"] = {"shards": n, "blocks": bench.blocks}
@@ -169,6 +168,21 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
 def unsettled_suspects(result: RunResult) -> list[str]:
     """Return the SUSPECT scenarios of a merged run that were not re-run: the merge must not pass them."""
     return [s.name for s in result.scenarios if s.status is Status.SUSPECT and s.rerun is None]
+
+
+def _probes(parts: list[dict[str, Any]]) -> tuple[CheckResult, ...]:
+    """Return shard 0's checks, each replaced by its most severe version in any shard (then the smallest p-value).
+
+    The probes ran whole in every shard with the same seed and calls, so a deterministic verifier
+    gives them equal; one that is not (it raised on one shard's probe call, say) must not have
+    the merge keep shard 0's clean copy and pass.
+    """
+    versions = [_unsettled(scenario_from_dict(p)).checks for p in parts]
+    out = []
+    for c in versions[0]:
+        same = [v for checks in versions for v in checks if v.name == c.name]
+        out.append(max(same, key=lambda v: (v.status.severity, -(1.0 if v.pvalue is None else v.pvalue))))
+    return tuple(out)
 
 
 def _unsettled(result: ScenarioResult) -> ScenarioResult:

@@ -83,3 +83,37 @@ def test_merge_rerun_target_is_checked_before_the_merge(tmp_path):
         assert message in res.output and not out.exists(), (target, res.output)
     ok = runner.invoke(main, ["merge", *paths, "--rerun", "reference"])
     assert ok.exit_code == ExitCode.OK, ok.output
+
+
+FLAKY = '''
+import os
+
+from specaudit.verifiers.reference import verify as reference
+
+
+def verify(draft, q, p, num_draft, rng):
+    # raises once per marker file on a call whose rows all have no drafts (the corner-zero-drafts probe)
+    if len(num_draft) and not num_draft.any() and not os.path.exists(os.environ["FLAKY_MARKER"]):
+        open(os.environ["FLAKY_MARKER"], "w").close()
+        raise RuntimeError("first zero-draft call failed")
+    return reference(draft, q, p, num_draft, rng)
+'''
+
+
+def test_a_probe_error_in_one_shard_fails_the_merge(tmp_path, monkeypatch):
+    # the merge kept shard 0's probes: shard 1's probe error vanished and the gate passed
+    target = tmp_path / "flaky.py"
+    target.write_text(FLAKY)
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("FLAKY_MARKER", str(marker))
+    runner = CliRunner()
+    args = ["run", f"{target}:verify", "-s", "markov-v4", "--samples", "30000", "--seed", "1", "--no-power", "-q"]
+    marker.touch()  # shard 0: never raises
+    zero = runner.invoke(main, [*args, "--shard", "0/2", "--json", str(tmp_path / "s0.json")])
+    marker.unlink()  # shard 1: its first zero-draft probe call raises
+    one = runner.invoke(main, [*args, "--shard", "1/2", "--json", str(tmp_path / "s1.json")])
+    assert zero.exit_code == ExitCode.OK, zero.output
+    assert marker.exists() and one.exit_code == ExitCode.CHECKS_FAILED, one.output
+    merged = runner.invoke(main, ["merge", str(tmp_path / "s0.json"), str(tmp_path / "s1.json")])
+    assert merged.exit_code == ExitCode.CHECKS_FAILED, merged.output
+    assert "ERROR (1 error)" in merged.output and "determinism" in merged.output, merged.output
