@@ -18,7 +18,8 @@ law under seeding as usual; an exact-mode one after its exact probes, with no si
 calls each (num_draft 0 then K, K then 0, and random; p and q random laws of full support, so
 that their tokens depend on their uniforms however peaked the scenario's rows are) are run
 alone, one request per call, twice with different shared generators, and then inside batches of other compositions: together,
-after rows with drafts, beside zero-draft rows, reversed among ragged rows, among unseeded rows;
+after rows with drafts, beside zero-draft rows, reversed among ragged rows, among unseeded rows,
+in a batch of the probes' size (64 rows below large vocabularies) most of whose rows are seeded;
 each batch with a shared generator of its own, its other rows half seeded. Must hold, exactly:
 
 1. each seeded request emits the same tokens at every step as alone, whatever the batch, its
@@ -173,6 +174,12 @@ def seeded_rows(pr: Prober) -> CheckResult:
         ("among unseeded rows with K drafts", [*_fillers(pr, rng, 3, "full", seeded=False), s1,
                                                *_fillers(pr, rng, 2, "full", seeded=False), s0, s2]),
     ]
+    # a batch as large as the probes' (engines switch kernels and buffers by batch size and seeded count)
+    big = pr.probe_rows - 3
+    if big > 10:
+        layouts.append((f"in a batch of {big + 3} rows, most seeded",
+                        [*_fillers(pr, rng, big // 2, "ragged", seeded=True), s0, *_fillers(pr, rng, big // 4, "full"),
+                         s1, *_fillers(pr, rng, big - big // 2 - big // 4, "ragged"), s2]))
     for label, layout in layouts:
         ran = _run(pr, layout, pr.rng(f"seeded/shared/{label}"))
         for b, row in enumerate(layout):

@@ -236,3 +236,30 @@ def test_a_seeded_request_reading_the_shared_stream_alone_fails():
     spec = resolve(["serving-seeded"])[0].spec
     (check,) = run_seeded(guarded(seeded_zoo.seeded_rows_shared_stream), spec, seed=2).checks
     assert any("with only the shared generator changed" in f for f in check.data["failures"]), check.data
+
+
+def _shared_above(rows: int, seeded: int):
+    """A verifier whose seeded rows read the shared stream once a batch has more than ``rows`` rows or ``seeded`` seeded."""
+
+    def draw(rng, num_draft, k):
+        if isinstance(rng, RowGenerators) and (num_draft.shape[0] > rows or len(rng.seeded) > seeded):
+            return draw_uniforms(rng.shared, num_draft, k)
+        return draw_uniforms(rng, num_draft, k)
+
+    @row_generators
+    def verify(draft, q, p, num_draft, rng):
+        return reference.verify(draft, q, p, num_draft, rng, draw=draw)
+
+    return verify
+
+
+@pytest.mark.parametrize(("rows", "seeded"), [(16, 10**6), (10**6, 7)])
+def test_a_seeding_bug_that_needs_a_large_batch_fails(rows, seeded):
+    # the probe's batches had at most 10 rows, 7 of them seeded: a kernel switching at 16 rows passed
+    spec = resolve(["serving-seeded"])[0].spec
+    rng = np.random.default_rng(16)
+    for seed in rng.integers(0, 2**31, size=3).tolist():
+        (check,) = run_seeded(guarded(_shared_above(rows, seeded)), spec, seed=seed).checks
+        assert check.status is Status.FAILED and "most seeded" in check.data["failures"][0], check
+        (ok,) = run_seeded(guarded(_shared_above(10**6, 10**6)), spec, seed=seed).checks
+        assert ok.status is Status.PASSED, ok
