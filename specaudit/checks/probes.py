@@ -458,6 +458,75 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
     ]
 
 
+#: Batch sizes the one-hot corner also calls with (cycled over its rows): the small batches of a decode step.
+SMALL_BATCHES = (1, 2, 3, 5, 7, 15)
+
+
+def _in_batches(pr: Prober, inputs: Inputs, src: np.random.Generator, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Call the verifier on ``inputs`` cut into batches of ``sizes`` rows (cycled); return the joined outputs."""
+    b_count = inputs.draft.shape[0]
+    out = np.full((b_count, pr.k + 1), -1, dtype=np.int64)
+    n_out = np.zeros(b_count, dtype=np.int64)
+    start, i = 0, 0
+    while start < b_count:
+        stop = min(b_count, start + sizes[i % len(sizes)])
+        part = Inputs(inputs.draft[start:stop].copy(), inputs.q[start:stop].copy(), inputs.p[start:stop].copy(),
+                      inputs.num_draft[start:stop].copy())
+        out[start:stop], n_out[start:stop] = pr.call(part, src)
+        start, i = stop, i + 1
+    return out, n_out
+
+
+def small_batches(pr: Prober) -> list[CheckResult]:
+    """Batches of 1 to 15 rows (a decode step's): no token of probability 0, and the run that p and q force.
+
+    Engines take other kernels and buffers for small batches. The scenario's rows are changed so
+    that every chain-rule decision is forced: at each draft x, p(x) is raised halfway from q(x) to 1
+    (accepted for sure: p >= q) or set to 0 (rejected for sure), the rest of the row rescaled.
+    ``small-batches`` (contract): no emitted token has probability 0 in p at its position (an
+    accepted draft with p(x) = 0, an id from an empty row); ``small-batches-run`` (efficiency): the
+    accepted count is the run of forced acceptances (a lossless verifier that is not the chain rule,
+    e.g. sample-and-match, may accept fewer). Rows with K drafts; calls cycle through
+    :data:`SMALL_BATCHES` rows, two seeds.
+    """
+    name, run_name = "small-batches", "small-batches-run"
+    if pr.k == 0:
+        return [skipped(name, CONTRACT, "K = 0: no draft to decide"), skipped(run_name, EFFICIENCY, "K = 0")]
+    rng = pr.rng("small/inputs")
+    rows = min(sum(SMALL_BATCHES), max(pr.probe_rows, 4))  # a large vocabulary: its probe budget (PROBE_FLOATS)
+    inputs = pr.standard(rng, rows, num_draft=pr.k)
+    k = pr.k
+    at = inputs.draft[..., None]
+    p_x = np.take_along_axis(inputs.p[:, :k], at, axis=2)[..., 0]
+    q_x = np.take_along_axis(inputs.q, at, axis=2)[..., 0]
+    accept = (rng.random((rows, k)) < 0.7) | (p_x >= 1.0)  # a p(x) = 1 row cannot be made to reject
+    want = np.where(accept, np.maximum(p_x, (1.0 + q_x) / 2), 0.0)
+    rest = 1.0 - p_x
+    scale = np.where(rest > 0, (1.0 - want) / np.where(rest > 0, rest, 1.0), 0.0)
+    inputs.p[:, :k] *= scale[..., None]
+    np.put_along_axis(inputs.p[:, :k], at, want[..., None], axis=2)
+    run = np.cumprod(accept, axis=1).sum(axis=1)
+    sizes = "/".join(map(str, SMALL_BATCHES))
+    tokens: list[str] = []
+    runs: list[str] = []
+    for s in range(2):
+        out, n_out = _in_batches(pr, inputs, pr.rng(f"small/seed{s}"), SMALL_BATCHES)
+        emitted = _emitted(n_out, k + 1)
+        mass = np.take_along_axis(inputs.p, np.where(emitted, out, 0)[..., None], axis=2)[..., 0]
+        for b, j in np.argwhere(emitted & (mass <= 0))[:3].tolist():
+            tokens.append(f"row {b} emitted token {out[b, j]} at position {j}, of probability 0 in p there "
+                          f"(output {out[b, : n_out[b]].tolist()}, drafts {inputs.draft[b].tolist()})")
+        for b in np.flatnonzero(n_out != run + 1)[:3].tolist():
+            runs.append(f"row {b} accepted {n_out[b] - 1} drafts where p and q force {run[b]}")
+    where = f"in batches of {sizes} rows"
+    return [
+        result_of(name, CONTRACT, not tokens, f"{where}: {tokens[0]}; {len(tokens)} finding(s)" if tokens else
+                  f"{rows} rows {where}, 2 seeds: no token of probability 0", findings=tokens[:20]),
+        result_of(run_name, EFFICIENCY, not runs, f"{where}: {runs[0]}; {len(runs)} finding(s)" if runs else
+                  f"{rows} rows {where}, 2 seeds: every forced accept and reject held", findings=runs[:20]),
+    ]
+
+
 def corner_greedy_drafter(pr: Prober) -> CheckResult:
     """Greedy drafter (one-hot q at x): accept w.p. p(x), residual p without x, bonus ~ p_next.
 
@@ -885,17 +954,19 @@ EXACT_CHECKS: list[tuple[str, Category, Callable[[Prober], CheckResult | list[Ch
     ("padding-independence", CONTRACT, padding_independence),
     ("adversarial-uniforms", CONTRACT, adversarial_uniforms),
     ("inputs-unmodified", CONTRACT, inputs_unmodified),
+    ("small-batches", CONTRACT, small_batches),
     ("contract-clauses", CONTRACT, contract_clauses),
 ]
 #: Result names a probe emits besides its own (the one-hot corner also reports its accepted-count run).
-ALSO_EMITS: dict[str, tuple[str, ...]] = {"corner-one-hot": ("corner-one-hot-run",)}
+ALSO_EMITS: dict[str, tuple[str, ...]] = {"corner-one-hot": ("corner-one-hot-run",), "small-batches": ("small-batches-run",)}
 
 
 #: The probes every simulated chain scenario runs with its own chains (``corners`` stays the broad
 #: sweep): the contract probes and the corners the scenario reaches. None carries a p-value.
 SCENARIO_PROBES = (
     "corner-empty-batch", "corner-zero-drafts", "corner-p-equals-q", "corner-one-hot",
-    "determinism", "padding-independence", "adversarial-uniforms", "inputs-unmodified", "contract-clauses",
+    "determinism", "padding-independence", "adversarial-uniforms", "inputs-unmodified", "small-batches",
+    "contract-clauses",
 )
 
 
@@ -1032,7 +1103,7 @@ def run_scenario_probes(
     block-verification scenario runs the probes that hold for any lossless verifier. A corner runs
     where the scenario reaches it: zero drafts when its draft law allows 0 drafts, p = q when its
     drafter is its target (not in greedy mode: the greedy rule accepts a draft iff it is the
-    argmax), the one-hot corner when its target is one-hot.
+    argmax), the one-hot corner when its target is one-hot, small batches unless in greedy mode.
     """
     if _not_probed(spec, contract) is not None:
         return ExactOutcome(())
@@ -1041,7 +1112,7 @@ def run_scenario_probes(
     if spec.k == 0 or spec.draft_law[0] == 0:
         drop.add("corner-zero-drafts")
     if spec.mode == "greedy":  # the greedy rule accepts a draft iff it is the argmax, p = q or not
-        drop.add("corner-p-equals-q")
+        drop |= {"corner-p-equals-q", "small-batches"}
     canonical, logits_input = _canonical(verify, contract)
     pr = Prober(canonical, spec, seed, logits_input)
     if pr.one_hot_q or not _same_chain(pr.target, pr.drafter):  # p = q is a corner of this scenario only if q is p

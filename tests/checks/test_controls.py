@@ -70,6 +70,9 @@ CONTROLS: dict[str, Control] = {
     "adversarial-uniforms": Control("corners", "reference", "mutant:leq_ratio"),
     "inputs-unmodified": Control("corners", "reference", _file("exact_broken", "mutates_p")),
     "contract-clauses": Control("corners", "reference", _file("broken", "id_equals_vocab")),
+    # batches of 1-15 rows with every decision forced by p and q (a decode step's kernel)
+    "small-batches": Control("corners", "reference", _file("exact_broken", "small_batch_accepts_all")),
+    "small-batches-run": Control("corners", "reference", _file("exact_broken", "small_batch_rejects_all")),
     # a batch mix's temperature-0 classes, exactly (specaudit.checks.serving)
     "greedy-rows": Control("serving-mix", "reference-logits", "mutant:greedy_rows_sampled", 3000, "logits"),
     # bad-row probe: exact scenarios tagged bad-rows (vLLM #41834: token 0 after an all-NaN q row)

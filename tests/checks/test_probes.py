@@ -4,6 +4,8 @@ Every check has a positive control (the reference and the loop verifier pass it)
 verifier it catches (tests/verifiers/exact_broken.py, broken.py, specaudit.verifiers.zoo.chain).
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -210,3 +212,24 @@ def test_mode_is_validated_and_leaves_old_hashes_alone():
     assert plain.mode == "sample"
     assert parse_scenario(text + "mode: sample\n").spec.content_hash() == plain.content_hash()
     assert parse_scenario(text + "mode: greedy\n").spec.content_hash() != plain.content_hash()
+
+
+def test_small_batches_probe_reaches_every_scenario_and_catches_a_small_batch_path():
+    # the simulator never calls with fewer than ~25 rows: a verifier broken below 16 rows passed every run
+    import specaudit
+    from specaudit.results import Status
+
+    bad = str(Path(__file__).resolve().parent.parent / "verifiers" / "exact_broken.py") + ":small_batch_accepts_all"
+    for scenario in ("markov-v4", "peaked-v8", "serving-mix"):
+        ok = specaudit.run("reference", [scenario], samples=2000, seed=3, power=False, diagnose=False, supervised=False)
+        assert ok.scenarios[0].check("small-batches").status is Status.PASSED, ok.scenarios[0].checks
+        res = specaudit.run(bad, [scenario], samples=2000, seed=3, power=False, diagnose=False, supervised=False)
+        check = res.scenarios[0].check("small-batches")
+        assert check.status is Status.FAILED and "of probability 0 in p there" in check.summary, check
+        assert res.scenarios[0].check("small-batches-run").status is Status.FAILED
+        assert res.scenarios[0].check("joint-law").status is Status.PASSED  # the law never sees it
+    lossless = str(Path(__file__).resolve().parent.parent / "verifiers" / "exact_broken.py") + ":small_batch_rejects_all"
+    res = specaudit.run(lossless, ["markov-v4"], samples=2000, seed=3, power=False, diagnose=False, supervised=False)
+    assert res.scenarios[0].check("small-batches").status is Status.PASSED  # no token of probability 0 ...
+    run = res.scenarios[0].check("small-batches-run")
+    assert run.status is Status.FAILED and "where p and q force" in run.summary  # ... but not the chain rule's run

@@ -148,3 +148,21 @@ def greedy_loop(draft, q, p, num_draft, rng):
         n_out[b] = len(emitted)
     return out, n_out
 
+
+
+def small_batch_accepts_all(draft, q, p, num_draft, rng):
+    """Below 16 rows (a decode step's batch) every draft is accepted and the bonus drawn from p: a small-batch kernel bug."""
+    if not 0 < draft.shape[0] < 16:
+        return _reference(draft, q, p, num_draft, rng)
+    rows = np.arange(draft.shape[0])
+    token = final_token(p[rows, num_draft], None, np.zeros(len(rows), dtype=bool), rng.random(len(rows)))
+    return assemble(draft, num_draft.copy(), token)
+
+
+def small_batch_rejects_all(draft, q, p, num_draft, rng):
+    """Below 16 rows every draft is rejected and the token drawn from p: lossless, but not the chain rule's run."""
+    if not 0 < draft.shape[0] < 16:
+        return _reference(draft, q, p, num_draft, rng)
+    rows = np.arange(draft.shape[0])
+    token = final_token(p[rows, 0], None, np.zeros(len(rows), dtype=bool), rng.random(len(rows)))
+    return assemble(draft, np.zeros(len(rows), dtype=np.int64), token)
