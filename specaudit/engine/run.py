@@ -161,19 +161,16 @@ def rerun_suspects(
     alpha: float,
     suspect_level: float,
 ) -> tuple[ScenarioResult, ...]:
-    """Re-run every SUSPECT scenario (none of whose gating checks failed or errored) on a fresh seed with RERUN_FACTOR x the samples.
+    """Re-run every SUSPECT scenario on a fresh seed with RERUN_FACTOR x the samples.
 
     ``remeasure(index, seed, samples)`` measures scenario ``index`` again. The re-run's p-values
-    replace the first ones in the Holm family and decide the scenario (``ScenarioResult.rerun``);
-    the first result is kept as it was. The family-wise error rate stays below
+    replace the first ones in the Holm family and decide the scenario (``ScenarioResult.rerun``; an exact
+    probe the first look failed or errored stays failed); the first result is kept as it was. The family-wise error rate stays below
     ``alpha (1 + P(suspect))``: the second look spends alpha only after a first suspect.
     """
-    # a scenario that already failed a gating check (or whose probe errored) stays so: a re-run could
-    # only cost time, or overturn a rejection made at the run's level
     suspects = [
         i for i, s in enumerate(results)
         if s.error is None and any(c.gate and c.status is Status.SUSPECT and c.adjusted_pvalue is not None for c in s.checks)
-        and not any(c.gate and c.status in (Status.FAILED, Status.ERROR) for c in s.checks)
     ]
     if not suspects:
         return tuple(results)

@@ -188,11 +188,18 @@ class ScenarioResult:
 
     @property
     def status(self) -> Status:
-        """Return the scenario verdict: ERROR if it could not run, the re-run's verdict if re-run, else the worst gating check."""
+        """Return the scenario verdict: ERROR if it could not run, else the worst gating check; a re-run decides its suspects.
+
+        A re-run never overturns an exact finding of the first look (a probe, no p-value, that failed
+        or errored: a flaky crash, a contract breach): the verdict is the worst of those and the
+        re-run's. P-value checks are decided by the re-run, as the suspect rule's error bound says.
+        """
         if self.error is not None:
             return Status.ERROR
-        if self.rerun is not None:
-            return self.rerun.status
+        if self.rerun is not None:  # the re-run decides the p-value checks; an exact finding of the first look stands
+            found = [c.status for c in self.checks
+                     if c.gate and c.pvalue is None and c.status in (Status.FAILED, Status.ERROR)]
+            return worst([*found, self.rerun.status])
         return worst([c.status for c in self.checks if c.gate]) if self.checks else Status.SKIPPED
 
     def check(self, name: str) -> CheckResult | None:
