@@ -255,12 +255,12 @@ def test_bad_cache_files_are_ignored_and_recomputed(tmp_path, cli, monkeypatch):
     assert res.output.count("specaudit: warning: ignored cache file") == 2, res.output
     assert f"ignored cache file {claim} (header claims int64 of shape (100000000000,); expected int64 of shape ({cells},))" in res.output
     for path in paths:  # recomputed and rewritten whole: read back with their checksum
-        counts = mutant_laws._load_counts(path, cells)
+        counts = mutant_laws._load_array(path, cells)
         assert counts is not None and counts.sum() == mutant_laws.LAW_SAMPLES
     data = bytearray(paths[2].read_bytes())
     data[-mutant_laws._TRAILER_BYTES - 1] ^= 1  # one flipped bit in the last count: the checksum catches it
     paths[2].write_bytes(bytes(data))
-    assert mutant_laws._load_counts(paths[2], cells) is None
+    assert mutant_laws._load_array(paths[2], cells) is None
 
 
 # --- output files, the numpy fallback ----------------------------------------------------------

@@ -216,7 +216,7 @@ def _read_cache(path: Path, cells: int, dtype: str = "<i8") -> np.ndarray:
     return floats
 
 
-def _load_counts(path: Path | None, cells: int, dtype: str = "<i8") -> np.ndarray | None:
+def _load_array(path: Path | None, cells: int, dtype: str = "<i8") -> np.ndarray | None:
     """Return a cached array, or None when absent or bad (a bad file is reported in one line and recomputed)."""
     try:
         if path is None or not path.is_file():
@@ -230,8 +230,8 @@ def _load_counts(path: Path | None, cells: int, dtype: str = "<i8") -> np.ndarra
         return None
 
 
-def _store_counts(path: Path | None, counts: np.ndarray, dtype: str = "<i8") -> None:
-    """Write an array atomically with its checksum; a read-only or full disk only costs the cache."""
+def _store_array(path: Path | None, counts: np.ndarray, dtype: str = "<i8") -> None:
+    """Write an array (counts or floats) atomically with its checksum; a read-only or full disk only costs the cache."""
     if path is None:
         return
     data = np.ascontiguousarray(counts, dtype=dtype)
@@ -255,11 +255,11 @@ def cached_detectable_tv(probs: np.ndarray, n: int, alpha: float, power: float) 
     root = cache_dir()
     key = hashlib.sha256(probs.tobytes() + repr((int(n), float(alpha), float(power), VERIFY_REPS)).encode()).hexdigest()
     path = None if root is None else root / "detectable-tv" / __version__ / f"{key[:40]}.npy"
-    cached = _load_counts(path, 1, "<f8")
+    cached = _load_array(path, 1, "<f8")
     if cached is not None:
         return float(cached[0])
     tv = detectable_tv(probs, n, alpha, power)
-    _store_counts(path, np.array([tv]), "<f8")
+    _store_array(path, np.array([tv]), "<f8")
     return tv
 
 
@@ -296,13 +296,13 @@ def _compute_law(spec: Scenario, name: str, samples: int, seed: int) -> MutantLa
     if probs is not None:
         return MutantLaw(name, entry.kind, probs, "exact", None, "per-position kernel, enumerated")
     path = _cache_file(spec, name, samples, seed)
-    counts = _load_counts(path, cells)
+    counts = _load_array(path, cells)
     if counts is None:
         try:
             counts = _simulated_counts(spec, name, samples, seed)
         except SpecauditError as exc:  # a contract breach or crash: the check sees that, not a law
             return MutantLaw(name, entry.kind, None, "unavailable", None, f"simulation failed: {exc}")
-        _store_counts(path, counts)
+        _store_array(path, counts)
     return MutantLaw(name, entry.kind, counts / counts.sum(), "simulated", int(counts.sum()), f"simulated, {samples:,} sequences")
 
 
@@ -380,10 +380,10 @@ def mutant_joint_law(spec: Scenario, mutant_name: str, samples: int = LAW_SAMPLE
         return law.probs
     if law.method == "dependent":
         path = _cache_file(spec, mutant_name, int(samples), int(seed))
-        counts = _load_counts(path, joint_cells(spec))
+        counts = _load_array(path, joint_cells(spec))
         if counts is None:
             counts = _simulated_counts(spec, mutant_name, int(samples), int(seed))
-            _store_counts(path, counts)
+            _store_array(path, counts)
         return counts / counts.sum()
     raise UsageError(f"mutant {mutant_name} on {spec.name}: no law ({law.note})")
 

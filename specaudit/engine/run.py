@@ -46,10 +46,10 @@ from specaudit.stats.gof import holm
 __all__ = [
     "DEFAULT_ALPHA",
     "RERUN_FACTOR",
-    "capped",
     "RunSettings",
     "apply_holm",
     "bind",
+    "capped",
     "bind_target",
     "default_suspect_level",
     "environment",

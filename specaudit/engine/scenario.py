@@ -167,19 +167,18 @@ def check_certifiable(loaded: Sequence[LoadedScenario], settings: RunSettings) -
         which = (f"scenario {item.name} ({item.path}) has no joint law to bound ({why})" if len(loaded) == 1 else
                  f"none of the {len(loaded)} scenarios has a joint law to bound (e.g. {item.name}: {why})")
         raise UsageError(f"--certify-tv {eps:g}: {which}; certify scenarios with an enumerated joint law, e.g. -s markov-v4")
-    for item in joint:
-        spec = item.spec
-        if settings.samples is None:
-            if certify_cap(spec, eps, settings.alpha) is None:
-                raise UsageError(f"--certify-tv {eps:g}: scenario {item.name} would need more than {MAX_SAMPLES:,} "
-                                 "sequences even from a lossless verifier; ask for a larger EPS")
-            continue
+    if settings.samples is not None:  # the cap is the user's: the same least bound for every scenario
         floor = least_bound(settings.samples, settings.alpha)
         if floor > eps:
-            raise UsageError(f"--certify-tv {eps:g} --samples {settings.samples:,}: scenario {item.name}'s bound at "
+            raise UsageError(f"--certify-tv {eps:g} --samples {settings.samples:,}: scenario {joint[0].name}'s bound at "
                              f"{settings.samples:,} sequences is at least {floor:.4g} (its Hoeffding slack, even for a "
                              f"sample that matches the target exactly); allowed: EPS >= {floor:.4g}, or a larger cap "
                              "(--samples)")
+        return
+    for item in joint:
+        if certify_cap(item.spec, eps, settings.alpha) is None:
+            raise UsageError(f"--certify-tv {eps:g}: scenario {item.name} would need more than {MAX_SAMPLES:,} "
+                             "sequences even from a lossless verifier; ask for a larger EPS")
 
 
 def least_bound(samples: int, alpha: float) -> float:

@@ -184,13 +184,14 @@ def _scenario_view(s: ScenarioResult, light: bool = False) -> dict[str, Any]:
 def _problems(result: RunResult, views: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Return (problems, resolved): what fails or stays suspect, and the suspects a re-run cleared.
 
-    A scenario with a re-run is decided by it: a first-attempt check that was suspect (or failed
-    without gating) and passed on the re-run is *resolved*, never a failure; the re-run's own
-    failing checks are the problems.
+    A scenario with a re-run is decided by it (``ScenarioResult.status``): a first-attempt p-value
+    check that was suspect (or failed) and passed on the re-run is *resolved*, never a failure; an
+    exact probe that failed or errored at the first attempt stays a problem whatever the re-run
+    found; the re-run's own failing checks are problems too.
     """
     problems: list[dict[str, Any]] = []
     resolved: list[dict[str, Any]] = []
-    bad = ("failed", "suspect")
+    bad = ("failed", "suspect", "error")
     for s, v in zip(result.scenarios, views):
         if s.error is not None:
             problems.append({"scenario": v, "check": None, "error": s.error})
@@ -201,6 +202,9 @@ def _problems(result: RunResult, views: list[dict[str, Any]]) -> tuple[list[dict
         again = {c.name: c for c in s.rerun.checks}
         for c in s.checks:
             if c.status.value not in bad:
+                continue
+            if c.gate and c.pvalue is None and c.status in (Status.FAILED, Status.ERROR):  # an exact finding stands
+                problems.append({"scenario": v, "check": checks[c.name], "error": None})
                 continue
             later = again.get(c.name)
             if (later is not None and later.status.value not in bad) or (later is None and s.rerun.status.value == "passed"):

@@ -285,3 +285,26 @@ def test_rerun_of_a_suspect_scenario_decides_every_report():
         assert any(ln.startswith("::error") and "joint-law (re-run)" in ln for ln in github.annotations(from_document(d))) == (verdict == "failed")
         assert baseline.compare(from_document(document(passing())), from_document(d)).rows[0].new_status == verdict
     assert "joint-law (re-run)" in html.render(from_document(doc))
+
+
+def test_html_keeps_a_first_look_probe_error_a_problem_after_a_passing_rerun():
+    # the verdict keeps an exact finding of the first look (ScenarioResult.status): the page must not call it resolved
+    import specaudit
+    from specaudit.results import Status
+    from specaudit.verifiers.reference import verify as reference
+
+    raised = []
+
+    def flaky(draft, q, p, num_draft, rng):
+        if len(num_draft) and not num_draft.any() and not raised:  # the first zero-draft probe call
+            raised.append(1)
+            raise RuntimeError("first zero-draft call failed")
+        return reference(draft, q, p, num_draft, rng)
+
+    result = specaudit.run(flaky, ["markov-v4"], samples=2000, seed=3, suspect_level=0.999, power=False,
+                           diagnose=False, supervised=False)
+    s = result.scenarios[0]
+    assert s.rerun is not None and s.rerun.check("determinism").status is Status.PASSED and s.status is Status.ERROR
+    problems, resolved = html._problems(result, [html._scenario_view(s, False)])
+    assert "determinism" in [p["check"]["name"] for p in problems if p["check"]]
+    assert "determinism" not in [r["check"]["name"] for r in resolved]
