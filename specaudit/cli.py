@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
 from specaudit import __version__
 from specaudit.errors import ExitCode, SpecauditError, UsageError, exit_code_for
 
 if TYPE_CHECKING:  # the engine loads only when a command needs it (`specaudit --help` stays quick)
+    from rich.console import Console
+
     from specaudit.engine.settings import RunSettings
 
 
@@ -31,6 +32,8 @@ def _console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # files and pipes: wide, plain, no escape codes; COLUMNS, when set, wins (rich reads it for width=None)
     width = None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
+    from rich.console import Console  # ~50 ms: imported by what prints (a run: once its child is forked)
+
     return Console(stderr=stderr, no_color="NO_COLOR" in os.environ, highlight=False, markup=False, width=width)
 
 
@@ -249,7 +252,7 @@ def run(
             partial = RunResult(target, settings.alpha, settings.seed, __version__, tuple(done), partial=True)
             json_report.write(partial, json_path)
 
-    with ProgressReporter(_console(stderr=True), verbose - quiet) as progress:
+    with ProgressReporter(functools.partial(_console, stderr=True), verbose - quiet) as progress:
         result = execute_supervised(target, scenario_names or None, settings, progress=progress, on_scenario=save_partial)
     if not result.scenarios and not result.interrupted:
         asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"

@@ -18,7 +18,7 @@ from scipy import stats as sps
 
 from specaudit.errors import ExitCode
 
-HEAVY = ("scipy", "jinja2", "torch", "rich.table", "pydantic", "specaudit.reports.html", "specaudit.analysis.power")
+HEAVY = ("scipy", "jinja2", "torch", "rich.console", "rich.table", "pydantic", "specaudit.reports.html", "specaudit.analysis.power")
 
 
 def _loaded(code: str) -> dict[str, bool]:
@@ -35,9 +35,10 @@ def test_importing_the_cli_loads_no_heavy_module():
 
 
 def test_what_a_run_imports_before_its_fork_leaves_out_scipy_and_the_reports():
-    # the supervisor forks its child after these; scipy (~0.6 s) is imported by the checks and power, later
+    # the supervisor forks its child after these; scipy (~0.3 s, judging and power) and rich (~60 ms, the progress
+    # bar and the report) are imported in the supervisor once the child is on its way
     loaded = _loaded("import specaudit.cli, specaudit.engine.supervisor, specaudit.reports.progress")
-    later = ("scipy", "jinja2", "torch", "specaudit.reports.html", "specaudit.analysis.power")
+    later = ("scipy", "jinja2", "torch", "rich.console", "specaudit.reports.html", "specaudit.analysis.power")
     assert {m: loaded[m] for m in later} == dict.fromkeys(later, False)
     assert loaded["pydantic"]  # the scenarios are validated before the fork: the control that the probe sees imports
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -42,7 +42,7 @@ from specaudit.simulate.blocks import block_sizes
 from specaudit.stats import certificate, sequential
 
 __all__ = [
-    "Task", "base_result", "certify_cap", "check_certifiable", "least_bound", "measure", "memory_limit", "preflight", "run_scenarios",
+    "Judge", "Judged", "Judging", "Task", "base_result", "certify_cap", "check_certifiable", "least_bound", "measure", "memory_limit", "preflight", "run_scenarios",
     "scenario_seed", "tv_bound", "unique_names",
 ]
 
@@ -247,6 +247,58 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
     return result
 
 
+class Judged(NamedTuple):
+    """What a look decided: the scenario's check results, its TV bound, and whether it stops here."""
+
+    results: tuple[CheckResult, ...]
+    bound: TVBound | None
+    stop: bool
+    looks: tuple[int, ...]  # sequences at every look so far (early stop)
+    tokens_per_step: float | None  # the exact expected tokens/step (None: lazy chains, no exact law)
+
+
+#: ``judge(unit, measured, looks, final)``: decide look ``len(looks so far)`` of one of ``looks`` of a unit.
+Judging = Callable[[int, Measured, int, bool], Judged]
+
+
+class Judge:
+    """Decide the looks of a run's units: checks, sequential p-values, TV bounds, early stop.
+
+    The p-values and exact laws of a look need nothing of the verifier's process: a supervised run
+    judges in the supervisor (:mod:`specaudit.engine.supervisor`), which has imported the checks'
+    scipy while its child measured, so the child never waits for that import (issue 20), and
+    nothing the verifier does in its process can change a verdict's arithmetic. Units are keyed
+    by the caller; the exact references of a unit (its horizon law, joint law) are computed at
+    its first look and kept for the next.
+    """
+
+    def __init__(self, settings: RunSettings, stop_level: float | None):
+        self.settings = settings
+        self.stop_level = stop_level
+        self._tracks: dict[Hashable, sequential.Track] = {}
+        self._exact: dict[Hashable, dict[str, Any]] = {}
+
+    def __call__(self, unit: Hashable, measured: Measured, looks: int, final: bool) -> Judged:
+        """Return the decision of ``unit``'s next look at ``measured`` (``looks``: how many the unit has in all)."""
+        settings = self.settings
+        for name, value in self._exact.get(unit, {}).items():  # exact references do not change between looks
+            measured.__dict__[name] = value
+        results = evaluate(measured, settings.gate_efficiency)
+        stop = False
+        weight = 1.0  # this look's share of alpha (certificate.py: a union over the looks)
+        track = self._tracks.get(unit)
+        if self.stop_level is not None:
+            track = self._tracks.setdefault(unit, sequential.Track(sequential.spending(looks)))
+            results = track.add(measured.rounds.sequences, results)
+            stop = not final and sequential.decisive(results, self.stop_level)
+            weight = track.weights[len(track.looks) - 1]
+        bound = tv_bound(measured, settings, weight)
+        stop = stop or (not final and bound is not None and bound.certified)
+        self._exact[unit] = {name: measured.__dict__[name] for name in ("horizon", "joint_probs") if name in measured.__dict__}
+        exact = None if measured.scenario.lazy else measured.horizon.tokens_per_step
+        return Judged(results, bound, stop, tuple(track.looks) if track is not None else (), exact)
+
+
 def run_scenarios(
     tasks: Sequence[Task],
     settings: RunSettings,
@@ -254,12 +306,14 @@ def run_scenarios(
     stop_level: float | None = None,
     progress: Progress | None = None,
     on_result: Callable[[ScenarioResult], None] | None = None,
+    judge: Judging | None = None,
 ) -> list[ScenarioResult]:
     """Measure and check ``tasks``; return their results in task order.
 
     ``stop_level``: early stop, a gating sequential p-value at or below it ends a scenario
     (:meth:`RunSettings.stop_level`). ``on_result`` gets each result in task order as soon as it
-    and all before it are done. A verifier crash, hang or contract breach makes its scenario an
+    and all before it are done. ``judge`` decides each look (default: a :class:`Judge` here; a
+    supervised child passes one that asks its supervisor). A verifier crash, hang or contract breach makes its scenario an
     ERROR result; the other scenarios go on.
     """
     slots: list[ScenarioResult | None] = [None] * len(tasks)
@@ -298,29 +352,16 @@ def run_scenarios(
         specs.append(spec)
     release()
 
-    latest: dict[int, tuple[Measured, tuple[CheckResult, ...], TVBound | None]] = {}
-    tracks = {i: sequential.Track(sequential.spending(len(u.looks))) for i, u in enumerate(units)}
+    judge = judge if judge is not None else Judge(settings, stop_level)
+    latest: dict[int, Judged] = {}
     eval_seconds = [0.0] * len(units)
 
     def look(i: int, tally: Tally, final: bool) -> bool:
         t0 = time.perf_counter()
-        bench = units[i].bench
-        measured = bench.measured(tally, settings.method)
-        for reference in ("horizon", "joint_probs"):  # exact references do not change between looks
-            if i in latest and reference in latest[i][0].__dict__:
-                measured.__dict__[reference] = latest[i][0].__dict__[reference]
-        results = evaluate(measured, settings.gate_efficiency)
-        stop = False
-        weight = 1.0  # this look's share of alpha (certificate.py: a union over the looks)
-        if stop_level is not None:
-            results = tracks[i].add(tally.sequences, results)
-            stop = not final and sequential.decisive(results, stop_level)
-            weight = tracks[i].weights[len(tracks[i].looks) - 1]
-        bound = tv_bound(measured, settings, weight)
-        stop = stop or (not final and bound is not None and bound.certified)
-        latest[i] = (measured, results, bound)
+        judged = judge(i, units[i].bench.measured(tally, settings.method), len(units[i].looks), final)
+        latest[i] = judged
         eval_seconds[i] += time.perf_counter() - t0
-        return stop
+        return judged.stop
 
     for i, outcome in measure_units(units, look, jobs=settings.jobs, backend=settings.backend,
                                     address=settings.address, timeout=settings.timeout, progress=progress):
@@ -350,13 +391,12 @@ def run_scenarios(
         elif probe.error is not None:  # a probe call hung
             result = dataclasses.replace(result, error=ErrorInfo.from_exception(probe.error))
         elif i in latest:
-            measured, checked, bound = latest[i]
-            result = dataclasses.replace(result, checks=checked + probe.checks, tv_bound=bound)
-            if not spec.lazy:
-                info["tokens_per_step_exact"] = measured.horizon.tokens_per_step
+            judged = latest[i]
+            result = dataclasses.replace(result, checks=judged.results + probe.checks, tv_bound=judged.bound)
+            if judged.tokens_per_step is not None:
+                info["tokens_per_step_exact"] = judged.tokens_per_step
         if stop_level is not None and outcome.error is None and i in latest:
-            track = tracks[i]
-            info["early_stop"] = {"looks": list(track.looks), "stopped": outcome.stopped, "sequences": tally.sequences,
+            info["early_stop"] = {"looks": list(latest[i].looks), "stopped": outcome.stopped, "sequences": tally.sequences,
                                   "planned": spec.samples, "level": stop_level}
         if settings.shard is not None:  # what `specaudit merge` needs: the scenario and its additive tallies
             info["shard"] = {"index": settings.shard[0], "count": settings.shard[1], "blocks": units[i].blocks,

@@ -34,6 +34,7 @@ import dataclasses
 import datetime as _dt
 import faulthandler
 import importlib
+import itertools
 import multiprocessing as mp
 import os
 import re
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from specaudit import adapters
+from specaudit.checks.statistical import Measured
 from specaudit.contract import guard
 from specaudit.engine.executors import DIED, Progress
 from specaudit.engine.run import (
@@ -58,7 +60,7 @@ from specaudit.engine.run import (
     finish,
     resolve_scenarios,
 )
-from specaudit.engine.scenario import Task, base_result, run_scenarios, scenario_seed
+from specaudit.engine.scenario import Judge, Judged, Judging, Task, base_result, run_scenarios, scenario_seed
 from specaudit.engine.settings import RunSettings
 from specaudit.errors import ExitCode, SpecauditError, TargetLoadError, UsageError
 from specaudit.results import ErrorInfo, RunResult, ScenarioResult
@@ -68,10 +70,13 @@ __all__ = ["execute_supervised", "stop_signals", "supported"]
 _POLL = 0.05
 #: The most of a faulthandler dump kept in an error's traceback, characters.
 _DUMP_CHARS = 6000
-#: What this process imports after the child's results (`finish`: power, chi-square tails and their inversion,
-#: diagnosis), ~0.8 s of CPU: a thread imports them while the first child measures, on a core the child leaves idle
-#: (issue 20). The child imports none of them before its first block.
-_AFTER_CHILD = ("scipy.special", "scipy.optimize", "specaudit.analysis.power", "specaudit.analysis.diagnose")
+#: What this process needs once the child has measured: the chi-square tails of judging a look (scipy.special,
+#: ~0.3 s: its array-API shim imports numpy.f2py) and, for `finish`, the power figures and diagnosis. A thread
+#: imports them while the first child measures, on a core the child leaves idle (issue 20); the child imports none
+#: of them. scipy.optimize (a power inverted anew, ~0.3 s) is left to the rare run that needs it: the detectable
+#: TV is cached (specaudit.analysis.mutant_laws).
+_JUDGING = ("scipy.special",)
+_FINISHING = ("specaudit.analysis.power", "specaudit.analysis.diagnose")
 
 
 def _import_quietly(names: Sequence[str]) -> None:
@@ -201,7 +206,7 @@ class _Supervisor:
         self._late_slot = 0
         self._exitcode: int | None = None  # how the last child ended
         self._loading_since: float | None = None  # when the child started loading the target (None: bound)
-        self._warming: threading.Thread | None = None  # imports _AFTER_CHILD while the first child measures
+        self._warming: threading.Thread | None = None  # imports _JUDGING (+ _FINISHING) while the first child measures
 
     def close(self) -> None:
         """Release the faulthandler file."""
@@ -209,9 +214,10 @@ class _Supervisor:
         self.errfile.close()
 
     def _warm(self) -> None:
-        """Start importing what the run needs after its child (power and diagnosis), once, in a thread."""
-        if self._warming is None and self.settings.power:  # the common case; other runs import as they need
-            self._warming = threading.Thread(target=_import_quietly, args=(_AFTER_CHILD,), daemon=True,
+        """Start importing what judging and finishing need (power and diagnosis with power figures), once, in a thread."""
+        if self._warming is None:
+            names = _JUDGING + (_FINISHING if self.settings.power else ())
+            self._warming = threading.Thread(target=_import_quietly, args=(names,), daemon=True,
                                              name="specaudit-warm-imports")
             self._warming.start()
 
@@ -222,7 +228,7 @@ class _Supervisor:
 
     # --- the child ---------------------------------------------------------------------------
 
-    def _child(self, conn: Connection, jobs: list[_Job]) -> None:
+    def _child(self, conn: Connection, answers: Connection, jobs: list[_Job]) -> None:
         """Load and bind the target, measure ``jobs`` and send each result; never returns."""
         me = os.getpid()
 
@@ -230,6 +236,20 @@ class _Supervisor:
             if os.getpid() != me:  # a copy the verifier forked must not speak for the run
                 os._exit(0)
             conn.send(message)
+
+        calls = itertools.count()
+
+        def judging() -> Judging:
+            """Return the judge of one run_scenarios call: the supervisor decides its looks (scenario.Judge)."""
+            call = next(calls)
+
+            def judge(unit: int, measured: Measured, looks: int, final: bool) -> Judged:
+                send(("look", (call, unit), measured, looks, final))
+                judged = answers.recv()
+                if not isinstance(judged, Judged):  # the supervisor never sends anything else
+                    raise TypeError(f"the supervisor answered a look with {type(judged).__name__}")
+                return judged
+            return judge
 
         code = 0
         try:
@@ -264,7 +284,7 @@ class _Supervisor:
 
             for job in jobs:
                 send(("start", job.index))
-                result = self._measure(job, binding, tick if self.progress is not None else None)
+                result = self._measure(job, binding, tick if self.progress is not None else None, judging)
                 choice = binding.choices[job.index]
                 if choice is not None:  # say how the target was driven
                     result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
@@ -282,15 +302,17 @@ class _Supervisor:
                 conn.close()
             os._exit(code)
 
-    def _measure(self, job: _Job, binding: adapters.Binding, tick: Progress | None) -> ScenarioResult:
+    def _measure(self, job: _Job, binding: adapters.Binding, tick: Progress | None,
+                 judging: Callable[[], Judging]) -> ScenarioResult:
         """Measure one scenario in the child; a --jobs worker death is measured again with --jobs 1."""
         item = self.loaded[job.index]
         seed = job.seed if job.seed is not None else scenario_seed(self.settings.seed, item)
         task = Task(binding.verifiers[job.index], item, seed, job.samples if job.samples is not None else self.settings.samples)
-        result = run_scenarios([task], self.settings, stop_level=self.stop_level, progress=tick)[0]
+        result = run_scenarios([task], self.settings, stop_level=self.stop_level, progress=tick, judge=judging())[0]
         if result.error is not None and result.error.kind == DIED and self.settings.jobs > 1:
             # the death is the verifier's: measured again here, it ends this process and the supervisor says how
-            again = run_scenarios([task], dataclasses.replace(self.settings, jobs=1), stop_level=self.stop_level)[0]
+            again = run_scenarios([task], dataclasses.replace(self.settings, jobs=1), stop_level=self.stop_level,
+                                  judge=judging())[0]
             if again.error is not None:
                 return again
             note = "; measured again with --jobs 1 it did not die, so the death is not explained (an ERROR all the same)"
@@ -312,14 +334,20 @@ class _Supervisor:
         """Run one child on ``jobs``; return the job it died on (its ERROR recorded), or None when it finished."""
         ctx = mp.get_context("fork")
         recv, send = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=self._child, args=(send, jobs), daemon=False)
+        answers, answer = ctx.Pipe(duplex=False)  # the judge's decisions, back to the child
+        child = ctx.Process(target=self._child, args=(send, answers, jobs), daemon=False)
         for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
             self.board.stamps[slot] = 0.0
         self.settle()
         child.start()
         self._loading_since = time.monotonic()
+        opening = getattr(self.progress, "open", None)  # optional: a reporter's imports, beside the child's (issue 20)
+        if opening is not None:
+            opening()
         self._warm()
         send.close()
+        answers.close()
+        judge = Judge(self.settings, self.stop_level)  # decides the child's looks, keyed (run_scenarios call, unit)
         current: _Job | None = None
         killed: tuple[str, str] | None = None
         finished = False
@@ -335,6 +363,9 @@ class _Supervisor:
                     self._loading_since = None
                 elif kind == "start":
                     current = next(j for j in jobs if j.index == message[1])
+                elif kind == "look":
+                    self.settle()  # one thread imports at a time (the judge's scipy may still be on its way)
+                    answer.send(judge(*message[1:]))
                 elif kind == "progress":
                     if self.progress is not None:
                         self.progress(*message[1:])
@@ -350,6 +381,7 @@ class _Supervisor:
         finally:
             self._end(child)
             recv.close()
+            answer.close()
         if finished:
             return None
         dump = _dump(self.errfile)

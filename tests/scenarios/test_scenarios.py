@@ -1,6 +1,7 @@
 """Scenarios: schema validation messages with file:line, loading files, the shipped catalogue, the JSON schema."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,6 +68,23 @@ def test_shipped_scenarios_are_valid_and_default_suite_complete():
             "zero-drafts", "greedy-drafter"} <= names
     for s in shipped():
         assert s.spec.joint_cells <= MAX_JOINT_CELLS or s.spec.lazy  # lazy (zipf): per-prefix + PIT
+
+
+def test_a_shipped_file_is_named_after_its_scenario_and_a_name_parses_only_its_file(monkeypatch):
+    loaded = shipped()
+    assert all(Path(s.path).name == f"{s.name}.yaml" for s in loaded)  # resolve's one-file lookup relies on it
+    assert len({s.name for s in loaded}) == len(loaded)
+    import specaudit.scenarios.catalogue as catalogue
+
+    def no_catalogue():
+        raise AssertionError("the whole catalogue was parsed for a shipped name")
+
+    monkeypatch.setattr(catalogue, "shipped", no_catalogue)
+    got = resolve(["markov-v4", "zipf-v32k"])
+    assert [s.name for s in got] == ["markov-v4", "zipf-v32k"]
+    assert got[0].spec == next(s for s in loaded if s.name == "markov-v4").spec
+    with pytest.raises(AssertionError, match="whole catalogue"):  # a tag, a typo or a path still reads it
+        resolve(["tag:default"])
 
 
 def test_resolve_suggests_close_names():
