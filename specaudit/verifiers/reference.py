@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from specaudit.chains.sampling import final_token
+from specaudit.chains.sampling import ROWWISE_FROM, token_after
 from specaudit.contract.chain import assemble, chain_inputs, draw_uniforms, row_generators
 
 
@@ -53,11 +53,10 @@ def verify(
     rows = np.arange(batch)
     valid = np.arange(k)[None, :] < num_draft[:, None]
     safe = np.where(valid, draft, 0)  # padding ids may be garbage: never index with them
-    read_p = np.arange(k + 1)[None, :] <= num_draft[:, None]
-    bad_p = read_p & bad_rows(p)
+    bad_p = bad_rows(p, num_draft + 1)  # the rows it reads: positions 0..num_draft
     if bad_p.any():
         raise_bad_p(bad_p, p)
-    bad_q = valid & bad_rows(q)  # not trusted: the draft there is rejected and the token drawn from p
+    bad_q = bad_rows(q, num_draft)  # not trusted: the draft there is rejected and the token drawn from p
     u, v = draw(rng, num_draft, k)  # one Generator, or per-request generators (RowGenerators)
     p_x = np.take_along_axis(p[:, :k], safe[..., None], axis=2)[..., 0]
     q_x = np.take_along_axis(q, safe[..., None], axis=2)[..., 0]
@@ -65,24 +64,33 @@ def verify(
     n_acc = np.cumprod(accepted, axis=1).sum(axis=1)  # run length before the first rejection
     rejected = n_acc < num_draft
 
-    target = p[rows, n_acc]  # bonus position num_draft when nothing was rejected
-    residual = None
     if k:
-        at = np.minimum(n_acc, k - 1)
-        rejected_by_q = rejected & ~bad_q[rows, at]  # a bad q row: draw from p itself, not the residual
-        with np.errstate(invalid="ignore"):  # NaN in a bad q row: its residual is not used
-            residual = target - q[rows, at]
-            np.maximum(residual, 0.0, out=residual)
-        rejected = rejected_by_q
-    token = final_token(target, residual, rejected, v)
+        rejected &= ~bad_q[rows, np.minimum(n_acc, k - 1)]  # a bad q row: draw from p itself, not the residual
+    # the target p[b, n_acc] (the bonus position num_draft when nothing was rejected), or its residual
+    token = token_after(p, q, n_acc, rejected, v)
     return assemble(draft, n_acc, token)
 
 
-def bad_rows(rows: np.ndarray) -> np.ndarray:
-    """Return where a probability row (last axis) holds NaN or +-inf, or no positive mass (one pass: the row sum)."""
+def bad_rows(rows: np.ndarray, upto: np.ndarray | None = None) -> np.ndarray:
+    """Return where a probability row (last axis) holds NaN or +-inf, or no positive mass (one pass: the row sum).
+
+    ``rows`` [B, J, V]; ``upto`` [B]: only positions ``j < upto[b]`` are read (the rest is padding,
+    never read, reported good). From :data:`specaudit.chains.sampling.ROWWISE_FROM` entries a row the
+    read rows are summed batch row by batch row, so padding costs nothing; below it one pass over all.
+    """
+    if upto is None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            total = np.einsum("...v->...", rows)  # NaN / inf propagate; 3-4x faster than sum(axis=-1) at small V
+        return ~(np.isfinite(total) & (total > 0))
+    read = np.arange(rows.shape[1])[None, :] < upto[:, None]
+    if rows.shape[-1] < ROWWISE_FROM:
+        return read & bad_rows(rows)
+    total = np.ones(read.shape)
     with np.errstate(invalid="ignore", over="ignore"):
-        total = np.einsum("...v->...", rows)  # NaN / inf propagate; 3-4x faster than sum(axis=-1) at small V
-    return ~(np.isfinite(total) & (total > 0))
+        for b, n in enumerate(np.minimum(upto, rows.shape[1]).tolist()):
+            if n > 0:
+                total[b, :n] = np.einsum("jv->j", rows[b, :n])
+    return read & ~(np.isfinite(total) & (total > 0))
 
 
 def raise_bad_p(bad: np.ndarray, p: np.ndarray) -> None:
