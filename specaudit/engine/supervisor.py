@@ -365,7 +365,9 @@ class _Supervisor:
                     current = next(j for j in jobs if j.index == message[1])
                 elif kind == "look":
                     self.settle()  # one thread imports at a time (the judge's scipy may still be on its way)
-                    answer.send(judge(*message[1:]))
+                    decided = judge(*message[1:])
+                    with contextlib.suppress(OSError):  # the child died meanwhile (a thread of the verifier's): seen next
+                        answer.send(decided)
                 elif kind == "progress":
                     if self.progress is not None:
                         self.progress(*message[1:])

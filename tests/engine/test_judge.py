@@ -70,3 +70,26 @@ def test_a_supervised_child_never_imports_scipy(tmp_path, early_stop):
     assert "specaudit: PASSED (1 passed)" in done.stdout  # the looks were judged (p-values need scipy: the parent's)
     assert "joint-law" in done.stdout
     assert json.loads(seen.read_text()) == {"scipy": False, "scipy.special": False, "specaudit.analysis.power": False}
+
+
+def test_a_child_that_dies_while_its_look_is_judged_is_that_scenarios_error(monkeypatch):
+    # the verifier cannot run while its process waits for the judge, but a thread or a fork of its own can end it
+    import multiprocessing
+    import signal
+
+    from specaudit.engine import supervisor
+    from specaudit.results import Status
+
+    class Killing(supervisor.Judge):
+        def __call__(self, *args):
+            for child in multiprocessing.active_children():
+                os.kill(child.pid, signal.SIGKILL)
+            return super().__call__(*args)
+
+    monkeypatch.setattr(supervisor, "Judge", Killing)
+    result = specaudit.run("specaudit.reference:verify", ["markov-v4"], samples=20_000, power=False, diagnose=False,
+                           supervised=True)
+    (only,) = result.scenarios
+    assert only.status is Status.ERROR
+    assert "signal 9" in only.error.message
+    assert result.exit_code() == ExitCode.CHECKS_FAILED
