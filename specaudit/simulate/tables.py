@@ -44,6 +44,11 @@ PATH_ENTRIES = 1 << 14
 BLOCK_ENTRIES = 1 << 21
 #: Working-set bytes per payload entry, in payload items: p and q, plus the verifier's own temporaries.
 _ITEMS_PER_ENTRY = 3
+#: One call's p and q stay within this many bytes whatever ``--max-memory`` allows: at large V a wider call
+#: gains nothing per byte, and its buffers are that many more fresh pages to fault before the first call
+#: (0.5 to 5 GB/s at first touch on the 2-core VM, against 10 GB/s for a copy: benchmarks/scale.py); engines'
+#: batches at V = 128k are tens of rows. Below V ~ 500 (K = 8, float64) the scenario's ``batch`` binds first.
+CALL_BYTES = 256 << 20
 
 
 def garbage_pool(vocab: int, rng: np.random.Generator) -> np.ndarray:
@@ -178,8 +183,9 @@ def warm(target: Any, draft: Any, k: int) -> None:
 
 
 def rows_within(max_memory: int, vocab: int, k: int, itemsize: int = 8) -> int:
-    """Return how many batch rows of K = ``k`` fit the working-set budget ``max_memory`` (at least 1).
+    """Return how many batch rows of K = ``k`` fit the working-set budget ``max_memory`` and :data:`CALL_BYTES` (at least 1).
 
     A row holds (2k + 1) V payload entries of ``itemsize`` bytes (float64: 8, float32: 4).
     """
-    return max(1, int(max_memory) // (_ITEMS_PER_ENTRY * itemsize * vocab * (2 * k + 1)))
+    row = itemsize * vocab * (2 * k + 1)
+    return max(1, min(int(max_memory) // (_ITEMS_PER_ENTRY * row), CALL_BYTES // row))

@@ -16,6 +16,7 @@ from specaudit.errors import ExitCode
 from specaudit.results import Status
 from specaudit.scenarios.loading import parse_scenario
 from specaudit.simulate.chain import JointCounts, Plan, RoundStats, alias_tables, rows_within, simulate
+from specaudit.simulate.tables import CALL_BYTES
 from specaudit.verifiers import reference
 
 
@@ -78,8 +79,12 @@ def test_simulation_is_deterministic_for_a_seed_and_differs_across_seeds():
     assert a.sum() == 4000
 
 
-def test_max_memory_bounds_the_batch():
-    assert rows_within(2 << 30, 32768, 8) == (2 << 30) // (24 * 32768 * 17)
+def test_max_memory_and_the_call_size_bound_the_batch():
+    assert rows_within(1 << 29, 32768, 8) == (1 << 29) // (24 * 32768 * 17) == 40  # --max-memory binds
+    # the call size binds: 60 rows of K = 8 (160 within 2 GiB), 204 of K' = 2 (a lazy chain of L = 3; 546)
+    assert rows_within(2 << 30, 32768, 8) == CALL_BYTES // (8 * 32768 * 17) == 60
+    assert rows_within(2 << 30, 32768, 2) == CALL_BYTES // (8 * 32768 * 5) == 204
+    assert rows_within(2 << 30, 32768, 2, itemsize=4) == CALL_BYTES // (4 * 32768 * 5)
     assert rows_within(1, 32768, 8) == 1
     _, stats = _counts(6, batch=512, max_memory=24 * 4 * 7 * 16)  # 16 rows per call
     assert stats.calls >= 4000 / 16

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specaudit.adapters.torch_reference import sample_rows
+from specaudit.adapters.torch_reference import inverse_cdf
 
 
 def resample_from_p(draft, q, p, num_draft, generator):
@@ -18,7 +18,7 @@ def resample_from_p(draft, q, p, num_draft, generator):
     p_x = p[:, :k].gather(2, safe[..., None])[..., 0]
     q_x = q.gather(2, safe[..., None])[..., 0]
     n_acc = (valid & (u * q_x < p_x)).long().cumprod(1).sum(1)
-    token = sample_rows(p[rows, n_acc], torch.rand(batch, generator=generator, dtype=p.dtype))
+    token = inverse_cdf(p[rows, n_acc], torch.rand(batch, generator=generator, dtype=p.dtype))
     out[:, :k] = torch.where(torch.arange(k)[None, :] < n_acc[:, None], draft, -1)
     out[rows, n_acc] = token
     return out, n_acc + 1
