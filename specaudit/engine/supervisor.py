@@ -464,9 +464,13 @@ class _Supervisor:
             os.kill(child.pid, signal.SIGKILL)
 
     def _end(self, child: Any) -> None:
-        """Make sure the child and its group are gone and reaped."""
-        child.join(timeout=5.0)
-        self._kill_group(child)  # stragglers: workers of a pool, copies the verifier forked
+        """Make sure the child and its group are gone and reaped.
+
+        The group is killed first: the child has sent all it will (or is dead), and its --jobs
+        workers and whatever the verifier forked hold the child's sentinel open, so a join that
+        waits for the child to end on its own waited for them (5 s after every --jobs 2 run).
+        """
+        self._kill_group(child)  # the child, and stragglers: workers of a pool, copies the verifier forked
         child.join()
         self._exitcode = child.exitcode
         with contextlib.suppress(Exception):

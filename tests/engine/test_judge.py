@@ -93,3 +93,28 @@ def test_a_child_that_dies_while_its_look_is_judged_is_that_scenarios_error(monk
     assert only.status is Status.ERROR
     assert "signal 9" in only.error.message
     assert result.exit_code() == ExitCode.CHECKS_FAILED
+
+
+def test_the_supervisor_kills_the_childs_group_before_it_joins_the_child(monkeypatch):
+    # --jobs workers (and the verifier's forks) hold the child's sentinel open: a join first waited 5 s for them
+    from specaudit.engine import supervisor
+    from specaudit.engine.settings import RunSettings
+
+    order = []
+
+    class Child:
+        pid, exitcode = 12345, 0
+
+        def join(self, timeout=None):
+            order.append("join")
+
+        def close(self):
+            order.append("close")
+
+    sup = supervisor._Supervisor("specaudit.reference:verify", [], RunSettings(), None)
+    monkeypatch.setattr(sup, "_kill_group", lambda child: order.append("kill"))
+    try:
+        sup._end(Child())
+    finally:
+        sup.close()
+    assert order == ["kill", "join", "close"]
