@@ -152,7 +152,7 @@ class Calibration:
                  for level in self.levels for sign in (1.0, -1.0)] if sd > 0 else []
 
         def pvalue(c):
-            z, _, _ = gof.ratio_z(c[0] @ basis, n, ratio)
+            z, _, _ = gof.ratio_z(c[0] @ basis, n, ratio, (r, tok, probs))
             return 2 * special.ndtr(-np.abs(z))
 
         return self.rates(self.mixture([(probs, n)], tilts), pvalue)[""]
@@ -320,6 +320,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=None, help="draws per row (default 20,000 quick, 100,000 full)")
     ap.add_argument("--scenario", action="append", help="only these shipped scenarios (repeatable)")
     ap.add_argument("--plain", action="store_true", help="draw from the null alone (no importance sampling)")
+    ap.add_argument("--samples", type=int, default=None, help="N of every scenario (default: each scenario's own)")
     ap.add_argument("--seed", type=int, default=20261201)
     args = ap.parse_args()
     level = args.alpha / args.family
@@ -342,6 +343,8 @@ def main() -> None:
     print(f"{'scenario':28s} {'N':>7s} {'check':22s} {'level':>8s} {'hits':>7s} {'ratio':>6s}  99% interval")
     rows: list[Row] = []
     t0 = time.perf_counter()
+    if args.samples is not None:  # small N: where asymptotic tails are weakest
+        todo = [(spec, args.samples) for spec, _ in todo]
     for spec, n in todo:
         spec = spec.model_copy(update={"samples": n})
         target, draft = spec.chains()
@@ -353,6 +356,8 @@ def main() -> None:
             if probs.size > MAX_PATH_CELLS:
                 print(f"{spec.name:28s} {n:7d} early-stop: not simulated ({probs.size:,} cells: the path of cell counts "
                       f"over {MAX_PATH_CELLS:,} does not fit in memory)")
+            elif len(sequential.look_schedule(len(block_sizes(n)))) < 2:
+                print(f"{spec.name:28s} {n:7d} early-stop: one look at N = {n:,} (one block): the joint-law rows are its rates")
             elif not args.quick or spec.name == "p-equals-q":  # quick: the audit's early-stop case only
                 found["early-stop"] = cal.early_stop(probs, n, "pearson")
         else:

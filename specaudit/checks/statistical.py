@@ -155,7 +155,8 @@ def tokens_per_step(m: Measured) -> CheckResult | None:
     if not hasattr(m.target, "dist"):
         return None  # lazy chains: no finite state space to run the exact recursion on
     exact_tps = m.horizon.tokens_per_step
-    test = stats.ratio_test(m.rounds.moments, m.rounds.sequences, exact_tps)
+    r0, t0, point = rounds.rounds_tokens_law(m.scenario, m.target, m.draft)
+    test = stats.ratio_test(m.rounds.moments, m.rounds.sequences, exact_tps, (r0, t0, point))
     lo, hi = test.ci()
     data = {
         "estimate": test.estimate,
@@ -179,7 +180,6 @@ def tokens_per_step(m: Measured) -> CheckResult | None:
         data["closed_form"] = 1.0 + block_expected_accepted(m.target.dist[0], m.draft.dist[0], k)
         data["chain_closed_form"] = exact.closed_form_tokens_per_step(alpha, k)
         summary += f"; block closed form 1 + E[tau] = {data['closed_form']:.4f} (chain: {data['chain_closed_form']:.4f})"
-    r0, t0, point = rounds.rounds_tokens_law(m.scenario, m.target, m.draft)
     if point.size == 1:  # one possible (rounds, tokens): an exact check, no p-value, out of Holm's family
         r, t = float(r0[0]), float(t0[0])
         want = m.rounds.sequences * np.array([r, t, r * r, t * t, r * t])

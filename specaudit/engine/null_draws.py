@@ -337,7 +337,7 @@ def _round_rows(spec: Scenario, target: Any, draft: Any, reps: int, methods: Seq
     if probs.size > 1:  # one possible value: an exact check, no p-value
         exact_tps = laws.horizon(spec, target, draft).tokens_per_step
         basis = np.stack([r, tok, r * r, tok * tok, r * tok], axis=1)
-        z = np.concatenate([gof.ratio_z(c @ basis, n, exact_tps)[0] for c in _multinomial(rng, n, probs, reps)])
+        z = np.concatenate([gof.ratio_z(c @ basis, n, exact_tps, (r, tok, probs))[0] for c in _multinomial(rng, n, probs, reps)])
         rows.append(NullRow(spec.name, "tokens-per-step", reader("tokens-per-step", z, np.zeros(0), "normal")))
     return rows
 

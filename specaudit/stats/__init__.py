@@ -43,6 +43,7 @@ from specaudit.stats.gof import (
     null_law,
     ratio_test,
     ratio_z,
+    saddlepoint_z,
     statistics,
     tv_distance,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "power_against",
     "ratio_test",
     "ratio_z",
+    "saddlepoint_z",
     "samples_for_law",
     "samples_for_tv",
     "simulated_power",
