@@ -405,3 +405,20 @@ def test_the_python_api_is_supervised_so_the_calling_process_outlives_the_verifi
     assert errors["peaked-v8"].kind == kind and message in errors["peaked-v8"].message
     with pytest.raises(AssertionError, match="peaked-v8"):
         specaudit.assert_lossless(f"{CALLS}:{name}", scenarios=["peaked-v8"], samples=2000, timeout=1)
+
+
+@pytest.mark.parametrize("name", ["pipe_garbage", "pipe_forged_length"])
+def test_bytes_the_verifier_writes_into_the_supervisors_pipe_are_that_scenarios_error(tmp_path, name):
+    # in a process of its own: the verifier writes into every descriptor from 3 (inside pytest, xdist's among them).
+    # Garbage made exit 3 (UnpicklingError); a forged 2 GiB length hung the supervisor in recv() forever.
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
+         "--samples", "2000", "--no-power", "--json", str(out)],
+        capture_output=True, timeout=300, close_fds=True,
+    )
+    assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr.decode(errors="replace")[-2000:]
+    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
+    assert by_name["markov-v4"]["error"] is None  # the reference elsewhere: a clean pass before the fault
+    err = by_name["peaked-v8"]["error"]
+    assert err["kind"] == "died" and "could not read the child's messages: the verifier wrote into the pipe" in err["message"]

@@ -44,6 +44,7 @@ def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     of blocks of :data:`CDF_BLOCK` entries (one pass, a strided view: no copy) and of the one block
     the threshold falls in: the law of ``weights / total`` to rounding.
     """
+    weights = weights.contiguous()  # the block view below assumes unit stride along the row
     n, v = weights.shape
     device = weights.device
     full = v - v % CDF_BLOCK
@@ -82,6 +83,9 @@ def verify(
     batch, k = draft.shape
     vocab = p.shape[-1]
     device = draft.device
+    if p.dtype != q.dtype:  # a float32 target with a float64 drafter (or the reverse): the residual in the wider type
+        wide = torch.promote_types(p.dtype, q.dtype)
+        p, q = p.to(wide), q.to(wide)
     out = torch.full((batch, k + 1), -1, dtype=torch.int64, device=device)
     if batch == 0:
         return out, torch.zeros(0, dtype=torch.int64, device=device)

@@ -121,9 +121,10 @@ def inverse_cdf(weights: np.ndarray, u: float) -> int:
     """
     v = weights.size
     full = v - v % CDF_BLOCK
-    sums = np.add.reduce(weights[:full].reshape(-1, CDF_BLOCK), axis=1)
+    # sums in float64 whatever the weights' dtype: float16 running sums near 0.5 step by as much as an entry
+    sums = np.add.reduce(weights[:full].reshape(-1, CDF_BLOCK), axis=1, dtype=np.float64)
     if full < v:
-        sums = np.append(sums, weights[full:].sum())
+        sums = np.append(sums, weights[full:].sum(dtype=np.float64))
     ends = np.cumsum(sums)
     total = ends[-1]
     if not total > 0:
@@ -134,7 +135,7 @@ def inverse_cdf(weights: np.ndarray, u: float) -> int:
         lo = j * CDF_BLOCK
         block = weights[lo : lo + CDF_BLOCK]
         start = ends[j - 1] if j else 0.0
-        i = int(np.searchsorted(start + np.cumsum(block), threshold, side="right"))
+        i = int(np.searchsorted(start + np.cumsum(block, dtype=np.float64), threshold, side="right"))
         if i < block.size and block[i] > 0:
             return lo + i
         if sums[j] > 0:  # the threshold rounded past this block's running sums: its last positive weight

@@ -234,6 +234,14 @@ class _Ray:
         pass  # the instance stays up for the next scenario of this process (the supervisor runs them one by one)
 
 
+def _died(jobs: int, names: Sequence[str], name: str) -> ErrorInfo:
+    """Return the ERROR of scenario ``name`` when a --jobs worker died with blocks of ``names`` in flight."""
+    others = [m for m in names if m != name]
+    also = f" (blocks of {', '.join(others)} were running at the same time)" if others else ""
+    return ErrorInfo(DIED, f"a --jobs {jobs} worker process died while running this scenario's blocks{also}: "
+                           f"the verifier ended it (os._exit, a signal, a crash in C code)")
+
+
 def _executor(units: Sequence[Unit], jobs: int, backend: str, address: str | None,
               timeout: float | None) -> _Inline | _Forked | _Ray:
     if backend == "ray":
@@ -287,14 +295,26 @@ def measure_units(
                 yield i, Outcome(merged[i])
         while True:
             # fill the free slots, earliest scenario first, each only up to its next look
-            for i, u in enumerate(units):
-                while not done[i] and len(pending) < ex.slots and sent[i] < u.looks[look_at[i]]:
-                    pos = sent[i]
-                    sent[i] += 1
-                    fut = ex.submit(i, u, u.blocks[pos], tick(i))
-                    pending[fut] = (i, pos)
-                if len(pending) >= ex.slots:
-                    break
+            try:
+                for i, u in enumerate(units):
+                    while not done[i] and len(pending) < ex.slots and sent[i] < u.looks[look_at[i]]:
+                        pos = sent[i]
+                        sent[i] += 1
+                        fut = ex.submit(i, u, u.blocks[pos], tick(i))
+                        pending[fut] = (i, pos)
+                    if len(pending) >= ex.slots:
+                        break
+            except Exception as exc:  # a worker died between two blocks (a thread of the verifier's ended it)
+                if not ex.broken(exc):
+                    raise
+                hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
+                pending.clear()
+                ex.close()
+                ex = _executor(units, jobs, backend, address, timeout)
+                for j in hit:
+                    done[j] = True
+                    yield j, Outcome(merged[j], _died(jobs, [units[m].name for m in hit], units[j].name), look_at[j])
+                continue
             if not pending:
                 break
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -317,14 +337,9 @@ def measure_units(
                     pending.clear()
                     ex.close()
                     ex = _executor(units, jobs, backend, address, timeout)
-                    names = [units[j].name for j in hit]
                     for j in hit:
                         done[j] = True
-                        others = [m for m in names if m != units[j].name]
-                        also = f" (blocks of {', '.join(others)} were running at the same time)" if others else ""
-                        yield j, Outcome(merged[j], ErrorInfo(
-                            DIED, f"a --jobs {jobs} worker process died while running this scenario's blocks{also}: "
-                            f"the verifier ended it (os._exit, a signal, a crash in C code)"), look_at[j])
+                        yield j, Outcome(merged[j], _died(jobs, [units[m].name for m in hit], units[j].name), look_at[j])
                     break
                 if isinstance(result, BlockError):
                     done[i] = True

@@ -37,6 +37,7 @@ import importlib
 import itertools
 import multiprocessing as mp
 import os
+import pickle
 import re
 import signal
 import sys
@@ -98,6 +99,12 @@ def _import_quietly(names: Sequence[str]) -> None:
 def supported() -> bool:
     """Return True where runs can be supervised (fork and process groups: POSIX)."""
     return "fork" in mp.get_all_start_methods() and hasattr(os, "setpgid")
+
+
+#: The largest message a child sends, bytes (a result, or a look's Measured with its chains and sparse counts).
+_MAX_MESSAGE = 1 << 30
+#: The kinds of message a child sends (supervisor._child).
+_MESSAGES = frozenset({"bound", "start", "progress", "look", "result", "done", "error", "internal"})
 
 
 class _Internal(Exception):
@@ -408,13 +415,13 @@ class _Supervisor:
             else:
                 try:
                     if recv.poll(_POLL):
-                        return recv.recv()
+                        return self._read(recv, child)
                 except (EOFError, OSError):
                     closed = True
             if not child.is_alive():
                 with contextlib.suppress(EOFError, OSError):
                     if not closed and recv.poll(0):  # what it sent before it died
-                        return recv.recv()
+                        return self._read(recv, child)
                 return None
             late = self._overdue()
             if late is not None:
@@ -427,6 +434,33 @@ class _Supervisor:
                 self._kill_group(child)
                 child.join()
                 return None
+
+    def _read(self, recv: Connection, child: Any) -> tuple | None:
+        """Return the child's next message; None (the child killed, the scenario an ERROR) when it cannot be read.
+
+        The verifier shares the child's process and its file descriptors: bytes it writes into the
+        result pipe make a message that does not unpickle, or one that is not the child's.
+        """
+        message: Any
+        try:
+            data = recv.recv_bytes(_MAX_MESSAGE)  # a forged length past it is refused before anything is read
+        except OSError as exc:
+            if "bad message length" not in str(exc):
+                raise  # the pipe is closed: the child is ending
+            message = exc
+        else:
+            try:
+                message = pickle.loads(data)
+            except Exception as exc:  # noqa: BLE001 - whatever unpickling garbage raises
+                message = exc
+        if not (isinstance(message, tuple) and message and message[0] in _MESSAGES):
+            what = f"{type(message).__name__}: {message}" if isinstance(message, Exception) else type(message).__name__
+            self._killed = (DIED, "the supervisor could not read the child's messages: the verifier wrote into the "
+                                  f"pipe between them ({what[:200]})")
+            self._kill_group(child)
+            child.join()
+            return None
+        return message
 
     def _overdue(self) -> tuple[str, str] | None:
         """Return (kind, message) when a watched call must be ended, else None.

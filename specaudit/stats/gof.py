@@ -759,8 +759,10 @@ def saddlepoint_z(mean: np.ndarray | float, n: int, values: np.ndarray, probs: n
     The law puts ``probs`` on ``values`` and has mean 0 (a null hypothesis). The tail on the side
     of ``mean`` (above it when positive, below when negative) is the Lugannani-Rice saddlepoint
     approximation; the result is the z with the same normal tail, signed like ``mean``, so that
-    ``2 * normal_sf(|z|)`` is the two-sided p-value (twice the tail the mean lies in). A mean
-    outside the law's range has probability 0: z = +-inf. Vectorised over ``mean``.
+    ``2 * normal_sf(|z|)`` is the two-sided p-value (twice the tail the mean lies in). A mean at
+    the law's end has its exact probability ``w^n``; one outside its range probability 0: z = +-inf.
+    Vectorised over ``mean``. For a law of few values and a handful of draws (n < ~20) the
+    approximation is lumpy (p is not monotone in the mean everywhere); the checks' n are thousands.
 
     References
     ----------
@@ -807,8 +809,12 @@ def saddlepoint_z(mean: np.ndarray | float, n: int, values: np.ndarray, probs: n
     z0 = x * np.sqrt(n / var)
     tail = np.where(near, special.ndtr(-np.abs(z0)) - skew / (6 * np.sqrt(2 * np.pi * n)) * np.sign(z0), tail)
     tail = np.clip(tail, 0.0, 0.5)
+    # at the law's end the mean is every draw at that value: probability w^n, no approximation needed
+    edge = np.isclose(x, hi, rtol=0.0, atol=1e-12 * (hi - lo)) | np.isclose(x, lo, rtol=0.0, atol=1e-12 * (hi - lo))
+    at_end = np.where(x > 0, w[np.argmax(d)], w[np.argmin(d)]) ** n
+    tail = np.where(edge, np.minimum(at_end, 0.5), tail)
     z = np.sign(x) * -special.ndtri(np.maximum(tail, 1e-300))
-    z = np.where(inside | (x == 0), z, np.sign(x) * np.inf)
+    z = np.where(inside | edge | (x == 0), z, np.sign(x) * np.inf)
     return z if np.ndim(mean) else z[0]
 
 

@@ -40,3 +40,20 @@ def test_inverse_cdf_draws_numpys_tokens_where_the_sums_are_exact():
         u[0] = 1 - 2**-53
         got = inverse_cdf(torch.tensor(w), torch.tensor(u)).tolist()
         assert got == [sampling.inverse_cdf(row, float(x)) for row, x in zip(w, u)]
+
+
+def test_inverse_cdf_reads_a_strided_tensor_as_its_contiguous_copy():
+    w = torch.rand(600, 4, dtype=torch.float64).T  # rows of stride 1 along the batch: not the layout it sums in
+    u = torch.rand(4, dtype=torch.float64)
+    assert inverse_cdf(w, u).tolist() == inverse_cdf(w.contiguous(), u).tolist()
+
+
+def test_verify_takes_a_float32_target_with_a_float64_drafter():
+    from specaudit.adapters.torch_reference import verify
+
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand(5, 3, 300, generator=g, dtype=torch.float32)
+    q = torch.rand(5, 2, 300, generator=g, dtype=torch.float64)
+    draft = torch.randint(0, 300, (5, 2), generator=g)
+    out, n_out = verify(draft, q / q.sum(-1, keepdim=True), p / p.sum(-1, keepdim=True), torch.tensor([2, 1, 0, 2, 2]), g)
+    assert out.shape == (5, 3) and bool(((n_out >= 1) & (n_out <= 3)).all())

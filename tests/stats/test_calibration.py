@@ -256,3 +256,13 @@ def test_tokens_per_step_keeps_its_level_at_small_n():
     for row in rows:
         lo, hi = (float(x.strip("[],")) for x in row[-2:])
         assert lo <= 1.0 <= hi, row
+
+
+def test_the_saddlepoint_score_of_a_mean_at_the_laws_end_is_its_exact_probability():
+    # every draw at the largest value: probability w^n (it was z = inf, p = 0, for a mean that occurs)
+    d, w = np.array([-1.0, 1.0]), np.array([0.5, 0.5])
+    for n in (1, 2, 5):
+        assert 2 * gof.normal_sf(abs(float(gof.saddlepoint_z(1.0, n, d, w)))) == pytest.approx(min(1.0, 2 * 0.5**n))
+    d3, w3 = np.array([-2.0, 1.0, 5.0]), np.array([1 / 3, 2 / 3, 0.0])  # a value of probability 0 is no end
+    assert 2 * gof.normal_sf(abs(float(gof.saddlepoint_z(1.0, 10, d3, w3)))) == pytest.approx(2 * (2 / 3) ** 10)
+    assert gof.saddlepoint_z(3.0, 10, d3, w3) == np.inf  # outside the law: probability 0

@@ -107,6 +107,15 @@ def _cancel_timer_and_spin():
         time.sleep(0.05)
 
 
+def _write_into_descriptors(data: bytes):
+    """Write ``data`` into every descriptor from 3 to 63 that takes it (the supervisor's pipe among them)."""
+    for fd in range(3, 64):
+        try:
+            os.write(fd, data)
+        except OSError:
+            continue
+
+
 def _chdir_and_raise():
     os.chdir("/")
     raise ValueError("moved to /")
@@ -135,6 +144,8 @@ sigkill_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGKILL))
 sigterm_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(1))
 sigbus_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGBUS) or time.sleep(1))
 killpg_self = _hostile(lambda: os.killpg(0, signal.SIGKILL))
+pipe_garbage = _hostile(lambda: _write_into_descriptors(b"\x00\x00\x00\x08garbage!"))  # a frame that does not unpickle
+pipe_forged_length = _hostile(lambda: _write_into_descriptors(b"\x7f\xff\xff\xf0"))  # 2 GiB announced, none sent
 swallow_exception = _hostile(lambda: _spin_swallowing(Exception))
 swallow_base = _hostile(lambda: _spin_swallowing(BaseException))
 ignore_alarm = _hostile(_ignore_alarm_and_spin)
