@@ -28,7 +28,8 @@ _workspaces: dict[tuple, torch.Tensor] = {}
 
 def _workspace(name: str, rows: int, like: torch.Tensor) -> torch.Tensor:
     """Return a [rows, V] tensor of ``like``'s dtype and device, reused across calls of this thread."""
-    key = (name, threading.get_ident(), like.device, like.dtype)
+    # an inference-mode tensor takes no in-place update outside inference mode: one workspace for each mode
+    key = (name, threading.get_ident(), like.device, like.dtype, torch.is_inference_mode_enabled())
     size = rows * like.shape[-1]
     buf = _workspaces.get(key)
     if buf is None or buf.numel() < size:
