@@ -422,3 +422,20 @@ def test_bytes_the_verifier_writes_into_the_supervisors_pipe_are_that_scenarios_
     assert by_name["markov-v4"]["error"] is None  # the reference elsewhere: a clean pass before the fault
     err = by_name["peaked-v8"]["error"]
     assert err["kind"] == "died" and "could not read the child's messages: the verifier wrote into the pipe" in err["message"]
+
+
+def test_a_jobs_worker_that_dies_between_two_blocks_is_that_scenarios_error(tmp_path):
+    # a thread of the verifier's ends its worker 0.3 s after a call returned: the pool is found broken at a later
+    # submit or in a pending block, whichever comes first (the submit was exit 3, BrokenProcessPool; timing decides
+    # which path a run takes, and both must be the scenario's ERROR)
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:thread_exit_later", "-s", "markov-v4", "-s", "peaked-v8",
+         "--samples", "300000", "--early-stop", "--jobs", "2", "--no-power", "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr[-2000:]
+    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
+    assert by_name["markov-v4"]["error"] is None
+    err = by_name["peaked-v8"]["error"]
+    assert err["kind"] == "died" and ("worker process died" in err["message"] or "os._exit(7)" in err["message"]), err

@@ -289,6 +289,20 @@ def measure_units(
 
     ex = _executor(units, jobs, backend, address, timeout)
     pending: dict[Future, tuple[int, int]] = {}
+
+    def lost(i: int) -> Iterator[tuple[int, Outcome]]:
+        """A worker died (os._exit, a signal): unit ``i`` and every unit with blocks in flight may be the one.
+
+        Each is an ERROR, never a pass; the pool is replaced for the units that go on.
+        """
+        nonlocal ex
+        hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
+        pending.clear()
+        ex.close()
+        ex = _executor(units, jobs, backend, address, timeout)
+        for j in hit:
+            done[j] = True
+            yield j, Outcome(merged[j], _died(jobs, [units[m].name for m in hit], units[j].name), look_at[j])
     try:
         for i in range(n):
             if done[i]:
@@ -307,13 +321,7 @@ def measure_units(
             except Exception as exc:  # a worker died between two blocks (a thread of the verifier's ended it)
                 if not ex.broken(exc):
                     raise
-                hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
-                pending.clear()
-                ex.close()
-                ex = _executor(units, jobs, backend, address, timeout)
-                for j in hit:
-                    done[j] = True
-                    yield j, Outcome(merged[j], _died(jobs, [units[m].name for m in hit], units[j].name), look_at[j])
+                yield from lost(i)
                 continue
             if not pending:
                 break
@@ -331,15 +339,7 @@ def measure_units(
                         done[i] = True
                         yield i, Outcome(merged[i], ex.died(i, units[i].blocks[pos]), look_at[i])
                         continue
-                    # a worker died (the verifier called os._exit, or was killed by a signal): every scenario
-                    # with blocks in flight may be the one; each is an ERROR, never a pass
-                    hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
-                    pending.clear()
-                    ex.close()
-                    ex = _executor(units, jobs, backend, address, timeout)
-                    for j in hit:
-                        done[j] = True
-                        yield j, Outcome(merged[j], _died(jobs, [units[m].name for m in hit], units[j].name), look_at[j])
+                    yield from lost(i)
                     break
                 if isinstance(result, BlockError):
                     done[i] = True

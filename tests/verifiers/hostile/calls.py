@@ -116,6 +116,15 @@ def _write_into_descriptors(data: bytes):
             continue
 
 
+def _exit_from_a_thread_later():
+    """Start a thread that ends the process 0.3 s later: a --jobs worker dies between two blocks, not in a call."""
+    import threading
+
+    if not getattr(_exit_from_a_thread_later, "started", False):
+        _exit_from_a_thread_later.started = True
+        threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)), daemon=True).start()
+
+
 def _chdir_and_raise():
     os.chdir("/")
     raise ValueError("moved to /")
@@ -144,6 +153,7 @@ sigkill_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGKILL))
 sigterm_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(1))
 sigbus_self = _hostile(lambda: os.kill(os.getpid(), signal.SIGBUS) or time.sleep(1))
 killpg_self = _hostile(lambda: os.killpg(0, signal.SIGKILL))
+thread_exit_later = _hostile(_exit_from_a_thread_later)
 pipe_garbage = _hostile(lambda: _write_into_descriptors(b"\x00\x00\x00\x08garbage!"))  # a frame that does not unpickle
 pipe_forged_length = _hostile(lambda: _write_into_descriptors(b"\x7f\xff\xff\xf0"))  # 2 GiB announced, none sent
 swallow_exception = _hostile(lambda: _spin_swallowing(Exception))
