@@ -36,8 +36,8 @@
    on every simulated default-suite scenario (the fewest sequences to a failed check).
 
 --quick runs every section on small sizes (a test runs it; its figures are not the goals'). The
-default run costs about 3 minutes of CPU without the gate and 3 more for it (2-core machine,
-2026-12-01); a shared machine stretches the wall time (10 minutes at load average 8-13).
+run with ``--samples-large 3000`` took under 5 minutes of wall time, the gate included (2-core machine,
+load average about 1, 2026-12-01); a shared machine stretches it.
 """
 
 from __future__ import annotations

@@ -36,7 +36,14 @@ def test_token_after_row_by_row_draws_the_tokens_of_the_batch_passes():
         p, q, at, use, u = _case(rng, int(rng.integers(2, 40)))
         batchwise = token_after(p, q, at, use, u, rowwise=False)
         np.testing.assert_array_equal(token_after(p, q, at, use, u, rowwise=True), batchwise)
-        assert (p[np.arange(len(at)), at][np.arange(len(at)), batchwise] > 0).all() or use.any()
+        rows = np.arange(len(at))
+        target = p[rows, at].astype(np.float64)
+        weights = target.copy()
+        if q.shape[1]:  # the residual where it is used and has mass, else the target (final_token's rule)
+            residual = np.maximum(target - q[rows, np.minimum(at, q.shape[1] - 1)], 0.0)
+            has = use & (residual.sum(axis=1) > 0)
+            weights[has] = residual[has]
+        assert (weights[rows, batchwise] > 0).all()  # never a token of zero weight
 
 
 def test_token_after_never_returns_a_zero_weight_token_at_u_next_to_one():
