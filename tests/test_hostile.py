@@ -407,14 +407,16 @@ def test_the_python_api_is_supervised_so_the_calling_process_outlives_the_verifi
         specaudit.assert_lossless(f"{CALLS}:{name}", scenarios=["peaked-v8"], samples=2000, timeout=1)
 
 
-@pytest.mark.parametrize("name", ["pipe_garbage", "pipe_forged_length"])
-def test_bytes_the_verifier_writes_into_the_supervisors_pipe_are_that_scenarios_error(tmp_path, name):
+@pytest.mark.parametrize("early_stop", [False, True])
+@pytest.mark.parametrize("name", ["pipe_garbage", "pipe_forged_length", "pipe_small_forged_length", "pipe_magic"])
+def test_bytes_the_verifier_writes_into_the_supervisors_pipe_are_that_scenarios_error(tmp_path, name, early_stop):
     # in a process of its own: the verifier writes into every descriptor from 3 (inside pytest, xdist's among them).
-    # Garbage made exit 3 (UnpicklingError); a forged 2 GiB length hung the supervisor in recv() forever.
+    # Garbage made exit 3 (UnpicklingError); a forged 2 GiB length hung the supervisor in recv() forever, and a
+    # forged 1 MiB one (under the read limit) hung it while the child waited for the answer to its look.
     out = tmp_path / "r.json"
     done = subprocess.run(
         [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
-         "--samples", "2000", "--no-power", "--json", str(out)],
+         "--samples", "2000", "--no-power", "--json", str(out)] + (["--early-stop"] if early_stop else []),
         capture_output=True, timeout=300, close_fds=True,
     )
     assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr.decode(errors="replace")[-2000:]

@@ -37,7 +37,6 @@ import importlib
 import itertools
 import multiprocessing as mp
 import os
-import pickle
 import re
 import signal
 import sys
@@ -53,6 +52,7 @@ from typing import IO, Any
 from specaudit import adapters
 from specaudit.checks.statistical import Measured
 from specaudit.contract import guard
+from specaudit.engine import frames
 from specaudit.engine.executors import DIED, Progress
 from specaudit.engine.run import (
     ScenarioLike,
@@ -235,14 +235,21 @@ class _Supervisor:
 
     # --- the child ---------------------------------------------------------------------------
 
-    def _child(self, conn: Connection, answers: Connection, jobs: list[_Job]) -> None:
-        """Load and bind the target, measure ``jobs`` and send each result; never returns."""
+    def _child(self, out: int, answers: Connection, theirs: tuple[int, Connection], jobs: list[_Job]) -> None:
+        """Load and bind the target, measure ``jobs`` and send each result as a frame to ``out``; never returns.
+
+        ``theirs`` are the supervisor's ends of the two pipes (the results' read end, the answers'
+        write end): closed here first, so the verifier can neither write into the answers nor
+        read the results.
+        """
         me = os.getpid()
+        os.close(theirs[0])
+        theirs[1].close()
 
         def send(message: tuple) -> None:
             if os.getpid() != me:  # a copy the verifier forked must not speak for the run
                 os._exit(0)
-            conn.send(message)
+            frames.write(out, message)
 
         calls = itertools.count()
 
@@ -306,7 +313,7 @@ class _Supervisor:
             code = 3
         finally:
             with contextlib.suppress(BaseException):
-                conn.close()
+                os.close(out)
             os._exit(code)
 
     def _measure(self, job: _Job, binding: adapters.Binding, tick: Progress | None,
@@ -340,9 +347,9 @@ class _Supervisor:
     def _one_child(self, jobs: list[_Job], on_result: Callable[[int, ScenarioResult], None]) -> _Job | None:
         """Run one child on ``jobs``; return the job it died on (its ERROR recorded), or None when it finished."""
         ctx = mp.get_context("fork")
-        recv, send = ctx.Pipe(duplex=False)
+        mine, out = os.pipe()  # the child's framed messages (frames.Reader)
         answers, answer = ctx.Pipe(duplex=False)  # the judge's decisions, back to the child
-        child = ctx.Process(target=self._child, args=(send, answers, jobs), daemon=False)
+        child = ctx.Process(target=self._child, args=(out, answers, (mine, answer), jobs), daemon=False)
         for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
             self.board.stamps[slot] = 0.0
         self.settle()
@@ -352,8 +359,9 @@ class _Supervisor:
         if opening is not None:
             opening()
         self._warm()
-        send.close()
+        os.close(out)
         answers.close()
+        recv = frames.Reader(mine, _MAX_MESSAGE)
         judge = Judge(self.settings, self.stop_level)  # decides the child's looks, keyed (run_scenarios call, unit)
         current: _Job | None = None
         killed: tuple[str, str] | None = None
@@ -389,7 +397,7 @@ class _Supervisor:
                     raise _Internal(f"{message[1]} in the engine process:\n{message[2]}")
         finally:
             self._end(child)
-            recv.close()
+            os.close(mine)
             answer.close()
         if finished:
             return None
@@ -405,24 +413,17 @@ class _Supervisor:
         on_result(current.index, dataclasses.replace(self._base(current), error=info))
         return current
 
-    def _next(self, recv: Connection, child: Any) -> tuple | None:
-        """Return the child's next message, or None once it has ended (or been killed past the timeout)."""
+    def _next(self, recv: frames.Reader, child: Any) -> tuple | None:
+        """Return the child's next message, or None once it has ended (or been killed past the timeout, or corrupted its pipe)."""
         self._killed = None
-        closed = False  # the pipe reads EOF: the child is ending (or the verifier closed it); keep watching the clock
         while True:
-            if closed:
+            message = self._read(recv, child, _POLL)
+            if message is not None or self._killed is not None:
+                return message
+            if recv.closed:  # every writer closed the pipe: the child is ending (or the verifier closed it)
                 time.sleep(_POLL)
-            else:
-                try:
-                    if recv.poll(_POLL):
-                        return self._read(recv, child)
-                except (EOFError, OSError):
-                    closed = True
             if not child.is_alive():
-                with contextlib.suppress(EOFError, OSError):
-                    if not closed and recv.poll(0):  # what it sent before it died
-                        return self._read(recv, child)
-                return None
+                return self._read(recv, child, 0)  # what it sent before it died
             late = self._overdue()
             if late is not None:
                 self._killed = late
@@ -435,32 +436,29 @@ class _Supervisor:
                 child.join()
                 return None
 
-    def _read(self, recv: Connection, child: Any) -> tuple | None:
-        """Return the child's next message; None (the child killed, the scenario an ERROR) when it cannot be read.
+    def _read(self, recv: frames.Reader, child: Any, timeout: float) -> tuple | None:
+        """Return the child's next message within ``timeout`` seconds, or None.
 
-        The verifier shares the child's process and its file descriptors: bytes it writes into the
-        result pipe make a message that does not unpickle, or one that is not the child's.
+        None with ``self._killed`` set when the pipe holds bytes that are no message of the child's:
+        the verifier wrote into it (frames.Corrupt, or a frame of an unknown kind). The child is
+        killed and its scenario is an ERROR.
         """
-        message: Any
+        what = None
         try:
-            data = recv.recv_bytes(_MAX_MESSAGE)  # a forged length past it is refused before anything is read
-        except OSError as exc:
-            if "bad message length" not in str(exc):
-                raise  # the pipe is closed: the child is ending
-            message = exc
+            message = recv.next(timeout)
+        except frames.Corrupt as exc:
+            what = str(exc)
+        except OSError as exc:  # the pipe cannot be read at all
+            what = f"{type(exc).__name__}: {exc}"
         else:
-            try:
-                message = pickle.loads(data)
-            except Exception as exc:  # noqa: BLE001 - whatever unpickling garbage raises
-                message = exc
-        if not (isinstance(message, tuple) and message and message[0] in _MESSAGES):
-            what = f"{type(message).__name__}: {message}" if isinstance(message, Exception) else type(message).__name__
-            self._killed = (DIED, "the supervisor could not read the child's messages: the verifier wrote into the "
-                                  f"pipe between them ({what[:200]})")
-            self._kill_group(child)
-            child.join()
-            return None
-        return message
+            if message is None or (isinstance(message, tuple) and message and message[0] in _MESSAGES):
+                return message
+            what = f"a message of type {type(message).__name__}"
+        self._killed = (DIED, "the supervisor could not read the child's messages: the verifier wrote into the "
+                              f"pipe between them ({what[:200]})")
+        self._kill_group(child)
+        child.join()
+        return None
 
     def _overdue(self) -> tuple[str, str] | None:
         """Return (kind, message) when a watched call must be ended, else None.
