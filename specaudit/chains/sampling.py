@@ -17,8 +17,17 @@ def sample_rows(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     Rows need not be normalised. A zero-weight index is never returned, whatever ``u`` in [0, 1)
     is, including 1 - 2**-53 where ``u * total`` can round up to ``total`` (vLLM #20531).
     """
-    cum = np.cumsum(weights, axis=-1)
+    cum = _cumulative(weights)
     return _locate(weights, cum, u * cum[..., -1])
+
+
+def _cumulative(weights: np.ndarray) -> np.ndarray:
+    """Return the running sums of ``weights`` along the last axis, in float32 at least.
+
+    float16 running sums near 0.5 step by as much as an entry: drawn in float16, a row's tokens
+    sat at TV 0.1 off its own law.
+    """
+    return np.cumsum(weights, axis=-1, dtype=np.result_type(weights.dtype, np.float32))
 
 
 def _locate(weights: np.ndarray, cum: np.ndarray, threshold: np.ndarray) -> np.ndarray:
@@ -57,11 +66,11 @@ def final_token(target: np.ndarray, residual: np.ndarray | None, use_residual: n
         return sample_rows(target, u)
     weights = residual
     weights[~use_residual] = target[~use_residual]  # rows copied, not a pass over the batch
-    cum = np.cumsum(weights, axis=-1)
+    cum = _cumulative(weights)
     empty = cum[:, -1] <= 0
     if empty.any():  # the residual had no mass: the target's row
         weights[empty] = target[empty]
-        cum[empty] = np.cumsum(target[empty], axis=-1)
+        cum[empty] = _cumulative(target[empty])
     return _locate(weights, cum, u * cum[:, -1])
 
 
