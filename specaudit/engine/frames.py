@@ -51,6 +51,12 @@ class Reader:
         self.limit = limit
         self.closed = False  # the pipe read EOF: every writer has closed it
         self._buffer = bytearray()
+        self._poll = select.poll()  # not select.select: a descriptor past FD_SETSIZE (1024) is refused there
+        self._poll.register(fd, select.POLLIN)
+
+    def _readable(self, timeout: float) -> bool:
+        """Return True when the pipe holds bytes or its end (EOF, an error) within ``timeout`` seconds."""
+        return bool(self._poll.poll(max(0, int(timeout * 1000))))
 
     def next(self, timeout: float) -> Any | None:
         """Return the next message, waiting up to ``timeout`` seconds for its bytes; None when none is complete.
@@ -61,7 +67,7 @@ class Reader:
         message = self._parse()
         if message is not None or self.closed:
             return message
-        readable, _, _ = select.select([self.fd], [], [], timeout)
+        readable = self._readable(timeout)
         while readable and not self.closed:
             chunk = os.read(self.fd, _CHUNK)
             if not chunk:
@@ -71,7 +77,7 @@ class Reader:
             message = self._parse()
             if message is not None:
                 return message
-            readable, _, _ = select.select([self.fd], [], [], 0)
+            readable = self._readable(0)
         return self._parse()
 
     def pending(self) -> int:

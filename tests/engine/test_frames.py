@@ -115,3 +115,25 @@ def test_the_end_of_the_pipe_is_seen_and_what_came_before_it_kept():
         assert reader.next(0.1) is None and reader.closed and reader.pending() == 3
     finally:
         os.close(r)
+
+
+def test_a_descriptor_past_fd_setsize_is_read():
+    # select.select refuses descriptors from 1024 on; a process with torch, Ray and a verifier's files may hold that many
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"the descriptor limit is {hard}")
+    if soft != resource.RLIM_INFINITY and soft < 1100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1100 if hard == resource.RLIM_INFINITY else min(hard, 1100), hard))
+    r, w = os.pipe()
+    high_r, high_w = os.dup2(r, 1090), os.dup2(w, 1091)
+    os.close(r)
+    os.close(w)
+    try:
+        frames.write(high_w, ("done",))
+        assert frames.Reader(high_r, 1 << 30).next(1.0) == ("done",)
+    finally:
+        os.close(high_r)
+        os.close(high_w)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
