@@ -37,10 +37,20 @@ def encode(message: Any) -> bytes:
 
 
 def write(fd: int, message: Any) -> None:
-    """Write ``message`` as one frame to ``fd`` (blocking until all of it is in the pipe)."""
+    """Write ``message`` as one frame to ``fd``, waiting until all of it is in the pipe.
+
+    Waits on a full pipe even where the descriptor was made non-blocking (the verifier shares it).
+    """
     view = memoryview(encode(message))
+    room: select.poll | None = None
     while view:
-        view = view[os.write(fd, view):]
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            if room is None:
+                room = select.poll()
+                room.register(fd, select.POLLOUT)
+            room.poll(1000)
 
 
 class Reader:

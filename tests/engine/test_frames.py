@@ -137,3 +137,19 @@ def test_a_descriptor_past_fd_setsize_is_read():
         os.close(high_r)
         os.close(high_w)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_frame_is_written_whole_through_a_descriptor_made_non_blocking(pipe):
+    # the verifier shares the child's descriptors: one that sets O_NONBLOCK makes a full pipe raise EAGAIN
+    r, w = pipe
+    os.set_blocking(w, False)
+    big = ("look", b"x" * (1 << 20))  # past the pipe's 64 KiB
+    writer = threading.Thread(target=frames.write, args=(w, big))
+    writer.start()
+    reader = frames.Reader(r, 1 << 30)
+    got = None
+    deadline = time.monotonic() + 30
+    while got is None and time.monotonic() < deadline:
+        got = reader.next(0.05)
+    writer.join()
+    assert got == big
