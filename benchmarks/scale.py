@@ -28,7 +28,7 @@
    "whole" counts it (the reference's inverse-CDF sampling included).
    The torch path (specaudit.simulate.device, --device cpu, the torch reference through the
    torch adapter) gets the same columns at ``--samples-torch`` sequences when it is importable.
-6. ``--jobs 2`` vs ``--jobs 1`` on the default suite (best of two alternating runs each, after a
+6. ``--jobs 2`` vs ``--jobs 1`` on the default suite (best of three alternating runs each, after a
    warm-up), identical results checked; the load average is printed (the machine is shared).
 7. The gate at real size: ``specaudit run <reference> -s llama3-v128k --samples N`` (the scenario
    ships with N = 20,000) and the ``resample_from_p`` mutant at N / 4, each in a child process:
@@ -104,13 +104,13 @@ def zoo() -> list[tuple[str, int | None, str]]:
     return out
 
 
-def jobs_speedup(samples: int | None) -> tuple[float, float, bool]:
-    """Return (best seconds --jobs 1, best seconds --jobs 2, identical results) on the default suite."""
+def jobs_speedup(samples: int | None, rounds: int) -> tuple[float, float, bool]:
+    """Return (best seconds --jobs 1, best seconds --jobs 2, identical results) on the default suite, ``rounds`` each."""
     kw = dict(seed=0, diagnose=False, power=False, suspect_level=0.0, samples=samples)
     specaudit.run(REF, jobs=1, **kw)  # warm-up: caches that forked workers then inherit
     times: dict[int, list[float]] = {1: [], 2: []}
     keys = {}
-    for jobs in (1, 2, 1, 2):
+    for jobs in (1, 2) * rounds:  # alternating: a neighbour's load falls on both
         t0 = time.perf_counter()
         r = specaudit.run(REF, jobs=jobs, **kw)
         times[jobs].append(time.perf_counter() - t0)
@@ -338,7 +338,7 @@ def main() -> None:
                           1 if quick else args.large_tries)
 
     load = os.getloadavg()[0]
-    one, two, same = jobs_speedup(small)
+    one, two, same = jobs_speedup(small, 1 if quick else 3)
     print(f"default suite (load {load:.2f}): --jobs 1 {one:.2f} s, --jobs 2 {two:.2f} s, speed-up {one / two:.2f}x, "
           f"identical results: {same}  (goal >= {JOBS_GOAL}x)")
 
