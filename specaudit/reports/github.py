@@ -71,9 +71,8 @@ def annotations(result: RunResult, workspace: str | None = None) -> list[str]:
         line = s.line if file is not None else None
         best = _best(s.info)
         hint = f" Looks like: {best['mutant']} ({best['description']})" if best else ""
-        if s.error is not None:
-            err = s.error
-            out.append(command("error", f"{err.kind}: {err.message}", title=f"specaudit {s.name}: error", file=file, line=line))
+        for label, err in s.reported_errors():
+            out.append(command("error", f"{err.kind}: {err.message}", title=f"specaudit {label}: error", file=file, line=line))
         for c in s.reported_checks():
             if c.status not in (Status.FAILED, Status.SUSPECT):
                 continue
@@ -106,8 +105,8 @@ def summary_markdown(result: RunResult) -> str:
         "|---|---|---:|---:|---|",
     ]
     for s in result.scenarios:
-        if s.error is not None:
-            lines.append(f"| {s.name} | {s.error.kind} | | | **error** |")
+        for label, err in s.reported_errors():
+            lines.append(f"| {label} | {err.kind} | | | **error** |")
         for c in s.reported_checks():
             p = c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue
             stat = fmt.optional(None if c.statistic is None else float(c.statistic))

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specaudit.results import CheckResult, RunResult, ScenarioResult, Status
+from specaudit.results import RERUN_LABEL, CheckResult, RunResult, ScenarioResult, Status
 from specaudit.results.document import atomic_write
 
 
@@ -69,9 +69,9 @@ def to_element(result: RunResult) -> ET.Element:
         _properties(suite, {k: getattr(s, k) for k in ("path", "line", "content_hash", "seed", "samples", "calls", "verifier_seconds")})
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         classname = f"specaudit.{s.name}"
-        if s.error is not None:
-            err = s.error
-            case = ET.SubElement(suite, "testcase", classname=classname, name="run", time=f"{s.seconds:.3f}", file=str(s.path), line=str(s.line))
+        for label, err in s.reported_errors():  # the first attempt, or a re-run, that could not run
+            run = "run" if label == s.name else f"run {RERUN_LABEL}"
+            case = ET.SubElement(suite, "testcase", classname=classname, name=run, time=f"{s.seconds:.3f}", file=str(s.path), line=str(s.line))
             e = ET.SubElement(case, "error", type=str(err.kind), message=str(err.message)[:500])
             e.text = "\n".join(x for x in (err.message, err.traceback) if x)
             counts["tests"] += 1

@@ -36,12 +36,13 @@ def _groups(result: RunResult) -> list[tuple[str, list[list[Cell]]]]:
     """Return (scenario label, rows of check, statistic, p, TV, tokens/step, verdict) per scenario result."""
     groups: list[tuple[str, list[list[Cell]]]] = []
     for s in result.scenarios:
-        if s.error is not None:
-            where = f" [{s.error.clause}]" if s.error.clause else ""
-            groups.append((s.name, [[Text(f"{s.error.kind}{where}"), "", "", "", "", Text("error", STYLE[Status.ERROR])]]))
-            continue
         # a SUSPECT scenario's re-run (fresh seed, 4x samples) follows its first result
         for part in s.attempts():
+            label = s.name if part is s else f"{s.name} (re-run, N {part.samples:,})"
+            if part.error is not None:
+                where = f" [{part.error.clause}]" if part.error.clause else ""
+                groups.append((label, [[Text(f"{part.error.kind}{where}"), "", "", "", "", Text("error", STYLE[Status.ERROR])]]))
+                continue
             rows: list[list[Cell]] = []
             for c in part.checks:
                 d = c.data
@@ -51,7 +52,7 @@ def _groups(result: RunResult) -> list[tuple[str, list[list[Cell]]]]:
                 verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
                 p = fmt.pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue)
                 rows.append([Text(c.name), stat, p, tv, tps, verdict])
-            groups.append((s.name if part is s else f"{s.name} (re-run, N {part.samples:,})", rows))
+            groups.append((label, rows))
     return groups
 
 
@@ -99,12 +100,13 @@ _CELL_COLUMNS = (Column("sequence", breaks="none"), Column("observed"), Column("
 
 
 def _details(console: Console, s: ScenarioResult) -> None:
+    for label, error in s.reported_errors():  # the first attempt's, and a re-run's that could not run
+        console.print(Text.assemble((label, "bold magenta"), f": {error.message}"))  # text, never markup
+        if error.traceback:
+            console.print(Text(error.traceback, style="dim"))
     if s.error is not None:
-        console.print(Text.assemble((s.name, "bold magenta"), f": {s.error.message}"))  # text, never markup
-        if s.error.traceback:
-            console.print(Text(s.error.traceback, style="dim"))
         return
-    for c in s.checks:
+    for c in s.reported_checks():  # a re-run's too, labelled "(re-run)"
         if c.status not in (Status.FAILED, Status.SUSPECT):
             continue
         console.print(Text.assemble((f"{s.name} / {c.name}: ", "bold"), c.summary))

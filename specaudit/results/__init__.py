@@ -210,6 +210,11 @@ class ScenarioResult:
         """Return this result, then its re-run if it has one: both are reported, the last decides."""
         return (self,) if self.rerun is None else (self, self.rerun)
 
+    def reported_errors(self) -> tuple[tuple[str, ErrorInfo], ...]:
+        """Return (label, error) of every attempt that could not run: the first by its name, a re-run as ``<name> (re-run)``."""
+        return tuple((self.name if part is self else f"{self.name} {RERUN_LABEL}", part.error)
+                     for part in self.attempts() if part.error is not None)
+
     def reported_checks(self) -> tuple[CheckResult, ...]:
         """Return the checks of every attempt, a re-run's named ``<check> (re-run)``."""
         again = () if self.rerun is None else tuple(

@@ -287,6 +287,30 @@ def test_rerun_of_a_suspect_scenario_decides_every_report():
     assert "joint-law (re-run)" in html.render(from_document(doc))
 
 
+def test_a_rerun_that_could_not_run_is_an_error_every_report_names():
+    # a SUSPECT first result whose re-run died (its process ended by the verifier): the verdict was ERROR, yet the
+    # terminal table, its details, the GitHub annotations and summary and the JUnit file showed only the first look
+    doc = document(passing())
+    first = doc["scenarios"][0]
+    first["checks"][0]["status"] = "suspect"
+    rerun = copy.deepcopy(first)
+    rerun["checks"] = []
+    rerun["error"] = {"kind": "died", "message": "the verifier ended the process with os._exit(9) while this scenario ran",
+                      "traceback": "", "clause": None}
+    first["rerun"] = rerun
+    result = from_document(doc)
+    assert result.scenarios[0].status.value == "error"
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    terminal.render(result, console)
+    text = console.file.getvalue()
+    assert re.search(r"\(re-run, N [\d,]+\) +│ died +│.*│ error", text), text
+    assert f"{first['name']} (re-run): the verifier ended the process with os._exit(9)" in text
+    assert any(ln.startswith("::error") and "(re-run)%3A error" in ln and "os._exit(9)" in ln for ln in github.annotations(result))
+    assert f"| {first['name']} (re-run) | died | | | **error** |" in github.summary_markdown(result)
+    root = ET.fromstring(junit.render(result))
+    assert root.get("errors") == "1" and root.find(".//testcase[@name='run (re-run)']/error") is not None
+
+
 def test_html_keeps_a_first_look_probe_error_a_problem_after_a_passing_rerun():
     # the verdict keeps an exact finding of the first look (ScenarioResult.status): the page must not call it resolved
     import specaudit
