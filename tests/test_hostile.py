@@ -426,6 +426,26 @@ def test_bytes_the_verifier_writes_into_the_supervisors_pipe_are_that_scenarios_
     assert err["kind"] == "died" and "could not read the child's messages: the verifier wrote into the pipe" in err["message"]
 
 
+@pytest.mark.parametrize("name, why", [("pipe_forged_done", "'done' with 1 scenario(s) unmeasured"),
+                                       ("pipe_forged_start", "a 'start' of scenario 0 out of turn"),
+                                       ("pipe_forged_look", "a 'look' out of turn or malformed"),
+                                       ("pipe_forged_kind", "a message of kind 'hello'")])
+def test_a_frame_the_verifier_forges_is_refused_by_its_place_in_the_run(tmp_path, name, why):
+    # frames that check, written into the pipe: a forged "done" ended the run with peaked-v8 unmeasured and exit 0;
+    # a forged "start" or "look" raised in the supervisor (exit 3)
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
+         "--samples", "2000", "--no-power", "--json", str(out)],
+        capture_output=True, timeout=300, close_fds=True,
+    )
+    assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr.decode(errors="replace")[-2000:]
+    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
+    assert by_name["markov-v4"]["error"] is None
+    err = by_name["peaked-v8"]["error"]
+    assert err["kind"] == "died" and why in err["message"], err
+
+
 def test_a_jobs_worker_that_dies_between_two_blocks_is_that_scenarios_error(tmp_path):
     # a thread of the verifier's ends its worker 0.3 s after a call returned: the pool is found broken at a later
     # submit or in a pending block, whichever comes first (the submit was exit 3, BrokenProcessPool; timing decides

@@ -103,8 +103,6 @@ def supported() -> bool:
 
 #: The largest message a child sends, bytes (a result, or a look's Measured with its chains and sparse counts).
 _MAX_MESSAGE = 1 << 30
-#: The kinds of message a child sends (supervisor._child).
-_MESSAGES = frozenset({"bound", "start", "progress", "look", "result", "done", "error", "internal"})
 
 
 class _Internal(Exception):
@@ -364,6 +362,8 @@ class _Supervisor:
         recv = frames.Reader(mine, _MAX_MESSAGE)
         judge = Judge(self.settings, self.stop_level)  # decides the child's looks, keyed (run_scenarios call, unit)
         current: _Job | None = None
+        measured: set[int] = set()  # jobs this child sent a result of
+        bound = False  # this child bound the target (the supervisor's label may be an earlier child's)
         killed: tuple[str, str] | None = None
         finished = False
         try:
@@ -372,8 +372,13 @@ class _Supervisor:
                 if message is None:  # the child is gone, or was killed for a call past the timeout
                     killed = self._killed
                     break
+                why = _out_of_turn(message, jobs, current, measured, bound=bound)
+                if why is not None:  # a frame that checks but is no message of the child's: the verifier wrote it
+                    killed = self._refuse(child, why)
+                    break
                 kind = message[0]
                 if kind == "bound":
+                    bound = True
                     self.label, self.adapter = message[1], message[2]
                     self._loading_since = None
                 elif kind == "start":
@@ -388,6 +393,7 @@ class _Supervisor:
                         self.progress(*message[1:])
                 elif kind == "result":
                     on_result(message[1], message[2])
+                    measured.add(message[1])
                     current = None
                 elif kind == "done":
                     finished = True
@@ -403,7 +409,7 @@ class _Supervisor:
             return None
         dump = _dump(self.errfile)
         if self.label is None and current is None:  # it died, or hung, while loading the target
-            what = killed[1] if killed is not None and killed[0] == "import" else (
+            what = killed[1] if killed is not None and killed[0] in ("import", DIED) else (
                 f"the target {_describe(self._exitcode)} while importing")
             raise TargetLoadError(f"loading {self.target!r}: {what}" + (f"\n{dump}" if dump else ""))
         if current is None:  # between two scenarios: the next one was about to start
@@ -440,7 +446,7 @@ class _Supervisor:
         """Return the child's next message within ``timeout`` seconds, or None.
 
         None with ``self._killed`` set when the pipe holds bytes that are no message of the child's:
-        the verifier wrote into it (frames.Corrupt, or a frame of an unknown kind). The child is
+        the verifier wrote into it (frames.Corrupt, or a frame that holds no tuple). The child is
         killed and its scenario is an ERROR.
         """
         what = None
@@ -451,14 +457,17 @@ class _Supervisor:
         except OSError as exc:  # the pipe cannot be read at all
             what = f"{type(exc).__name__}: {exc}"
         else:
-            if message is None or (isinstance(message, tuple) and message and message[0] in _MESSAGES):
+            if message is None or (isinstance(message, tuple) and message):  # its kind and place: _out_of_turn
                 return message
             what = f"a message of type {type(message).__name__}"
-        self._killed = (DIED, "the supervisor could not read the child's messages: the verifier wrote into the "
-                              f"pipe between them ({what[:200]})")
+        self._killed = self._refuse(child, what)
+        return None
+
+    def _refuse(self, child: Any, why: str) -> tuple[str, str]:
+        """Kill ``child``, whose pipe holds what is no message of its own; return the (kind, message) of its ERROR."""
         self._kill_group(child)
         child.join()
-        return None
+        return DIED, f"the supervisor could not read the child's messages: the verifier wrote into the pipe between them ({why[:200]})"
 
     def _overdue(self) -> tuple[str, str] | None:
         """Return (kind, message) when a watched call must be ended, else None.
@@ -517,6 +526,44 @@ class _Supervisor:
             spec = spec.model_copy(update={"samples": samples})
         seed = job.seed if job.seed is not None else scenario_seed(self.settings.seed, item)
         return base_result(item, spec, seed)
+
+
+def _out_of_turn(message: tuple, jobs: Sequence[_Job], current: _Job | None, measured: set[int], *,
+                 bound: bool) -> str | None:
+    """Return why ``message`` cannot be the child's next one (its shape, or its place in the run), or None when it can.
+
+    The child sends "bound" once, then for each job "start", its "look"s and "progress", and its
+    "result", in job order, then "done"; "error" and "internal" end it at any point.
+    """
+    kind, args = message[0], message[1:]
+    if kind in ("error", "internal"):
+        n = 3 if kind == "error" else 2
+        ok = len(args) == n and all(isinstance(a, str) for a in args[:2]) and (kind == "internal" or isinstance(args[2], int))
+        return None if ok else f"a malformed {kind!r} message"
+    if kind == "bound":
+        ok = not bound and len(args) == 2 and isinstance(args[0], str) and (args[1] is None or isinstance(args[1], str))
+        return None if ok else "a 'bound' message out of turn"
+    if not bound:
+        return f"a {kind!r} message before the target was bound"
+    if kind == "start":
+        pending = [j.index for j in jobs if j.index not in measured]
+        ok = current is None and len(args) == 1 and bool(pending) and args[0] == pending[0]
+        return None if ok else f"a 'start' of scenario {args[0] if args else '?'!r} out of turn"
+    if kind == "progress":
+        ok = len(args) == 3 and isinstance(args[0], str) and all(isinstance(a, int) for a in args[1:])
+        return None if ok else "a malformed 'progress' message"
+    if kind == "look":
+        ok = (current is not None and len(args) == 4 and isinstance(args[0], tuple) and len(args[0]) == 2
+              and all(isinstance(a, int) for a in args[0]) and isinstance(args[1], Measured)
+              and isinstance(args[2], int) and isinstance(args[3], bool))
+        return None if ok else "a 'look' out of turn or malformed"
+    if kind == "result":
+        ok = current is not None and len(args) == 2 and args[0] == current.index and isinstance(args[1], ScenarioResult)
+        return None if ok else "a 'result' out of turn or malformed"
+    if kind == "done":
+        left = [j.index for j in jobs if j.index not in measured]
+        return None if current is None and not left and not args else f"'done' with {len(left)} scenario(s) unmeasured"
+    return f"a message of kind {kind!r}"
 
 
 def killed_error(killed: tuple[str, str] | None, exitcode: int | None, dump: str) -> ErrorInfo:

@@ -158,6 +158,19 @@ pipe_garbage = _hostile(lambda: _write_into_descriptors(b"\x00\x00\x00\x08garbag
 pipe_forged_length = _hostile(lambda: _write_into_descriptors(b"\x7f\xff\xff\xf0"))  # 2 GiB announced, none sent
 pipe_small_forged_length = _hostile(lambda: _write_into_descriptors(b"\x00\x10\x00\x00"))  # 1 MiB announced, none sent
 pipe_magic = _hostile(lambda: _write_into_descriptors(b"SPAF"))  # the first bytes of a frame, and no more
+
+
+def _forged(*message):
+    """Write a frame that checks (specaudit.engine.frames), holding ``message``, into every descriptor."""
+    from specaudit.engine import frames
+
+    _write_into_descriptors(frames.encode(message))
+
+
+pipe_forged_done = _hostile(lambda: _forged("done"))  # "finished", with the scenario unmeasured
+pipe_forged_start = _hostile(lambda: _forged("start", 0))  # a scenario started twice
+pipe_forged_look = _hostile(lambda: _forged("look", None))  # a look with no measurements
+pipe_forged_kind = _hostile(lambda: _forged("hello"))  # no kind of the child's
 swallow_exception = _hostile(lambda: _spin_swallowing(Exception))
 swallow_base = _hostile(lambda: _spin_swallowing(BaseException))
 ignore_alarm = _hostile(_ignore_alarm_and_spin)
