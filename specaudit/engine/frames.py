@@ -1,26 +1,30 @@
 """Framed messages from a supervised child: bytes the verifier writes into the pipe cannot pass for one.
 
 The verifier shares the child's process and its file descriptors, the write end of the result pipe
-among them. A frame is ``MAGIC | length | crc32(MAGIC | length) | payload | crc32(payload)``, so a
-reader that is handed bytes of the verifier's (before, after or inside a frame of the child's) sees a
-header that does not check, or a payload that does not, and says so; it never waits on a length the
-verifier wrote. :class:`Reader` never blocks: it reads what the pipe holds and parses what it has,
-so the supervisor keeps watching its clocks while a frame arrives.
+among them. A frame is ``MAGIC | seq | length | tag(header) | payload | tag(header, payload)``, the
+tags keyed HMAC-SHA256 with a key the supervisor draws for each child (:func:`new_key`) and ``seq``
+counting the child's frames from 0. A reader handed bytes of the verifier's (before, after or inside
+a frame of the child's, a frame laid out as the child's but without its key, one of the child's
+frames replayed) sees a tag or a count that does not check, and says so; it never waits on a length
+it cannot trust, and never unpickles a payload the child did not send. :class:`Reader` never
+blocks: it reads what the pipe holds and parses what it has, so the supervisor keeps watching its
+clocks while a frame arrives.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
 import pickle
+import secrets
 import select
 import struct
-import zlib
 from typing import Any
 
 #: The first bytes of every frame.
 MAGIC = b"SPAF"
-_HEAD = struct.Struct("<4sQI")  # magic, payload length, crc32 of magic and length
-_TAIL = struct.Struct("<I")  # crc32 of the payload
+_HEAD = struct.Struct("<4sQQ8s")  # magic, frame number, payload length, tag of the three
+_TAIL = 16  # bytes of the payload's tag
 #: The most one read takes from the pipe, bytes.
 _CHUNK = 1 << 20
 
@@ -29,36 +33,57 @@ class Corrupt(Exception):
     """The bytes in the pipe are not a frame of the child's (the verifier wrote into it)."""
 
 
-def encode(message: Any) -> bytes:
-    """Return ``message`` pickled and framed."""
+def new_key() -> bytes:
+    """Return a fresh key for one child's frames."""
+    return secrets.token_bytes(32)
+
+
+def _tag(key: bytes, data: bytes | memoryview, size: int) -> bytes:
+    return hmac.digest(key, data, "sha256")[:size]
+
+
+def encode(message: Any, key: bytes, seq: int) -> bytes:
+    """Return ``message`` pickled and framed as frame number ``seq`` under ``key``."""
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    head = MAGIC + struct.pack("<Q", len(payload))
-    return head + struct.pack("<I", zlib.crc32(head)) + payload + _TAIL.pack(zlib.crc32(payload))
+    fields = MAGIC + struct.pack("<QQ", seq, len(payload))
+    head = fields + _tag(key, fields, 8)
+    return head + payload + _tag(key, head + payload, _TAIL)
 
 
-def write(fd: int, message: Any) -> None:
-    """Write ``message`` as one frame to ``fd``, waiting until all of it is in the pipe.
+class Writer:
+    """Frames to the write end ``fd`` of a pipe, numbered from 0, under ``key``."""
 
-    Waits on a full pipe even where the descriptor was made non-blocking (the verifier shares it).
-    """
-    view = memoryview(encode(message))
-    room: select.poll | None = None
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            if room is None:
-                room = select.poll()
-                room.register(fd, select.POLLOUT)
-            room.poll(1000)
+    def __init__(self, fd: int, key: bytes):
+        self.fd = fd
+        self._key = key
+        self._seq = 0
+
+    def write(self, message: Any) -> None:
+        """Write ``message`` as the next frame, waiting until all of it is in the pipe.
+
+        Waits on a full pipe even where the descriptor was made non-blocking (the verifier shares it).
+        """
+        view = memoryview(encode(message, self._key, self._seq))
+        self._seq += 1
+        room: select.poll | None = None
+        while view:
+            try:
+                view = view[os.write(self.fd, view):]
+            except BlockingIOError:
+                if room is None:
+                    room = select.poll()
+                    room.register(self.fd, select.POLLOUT)
+                room.poll(1000)
 
 
 class Reader:
-    """Frames from the read end ``fd`` of a pipe, parsed as they arrive; ``limit`` caps one payload, bytes."""
+    """Frames from the read end ``fd`` of a pipe under ``key``, parsed as they arrive; ``limit`` caps one payload, bytes."""
 
-    def __init__(self, fd: int, limit: int):
+    def __init__(self, fd: int, key: bytes, limit: int):
         self.fd = fd
         self.limit = limit
+        self._key = key
+        self._seq = 0  # the number of the next frame
         self.closed = False  # the pipe read EOF: every writer has closed it
         self._buffer = bytearray()
         self._poll = select.poll()  # not select.select: a descriptor past FD_SETSIZE (1024) is refused there
@@ -101,20 +126,25 @@ class Reader:
             if buffer and not MAGIC.startswith(bytes(buffer[:len(MAGIC)])):
                 raise Corrupt(f"a frame starts with {bytes(buffer[:8])!r}, not {MAGIC!r}")
             return None
-        magic, length, check = _HEAD.unpack_from(buffer)
-        if magic != MAGIC or zlib.crc32(bytes(buffer[:12])) != check:
+        magic, seq, length, tag = _HEAD.unpack_from(buffer)
+        if magic != MAGIC or not hmac.compare_digest(_tag(self._key, bytes(buffer[:_HEAD.size - 8]), 8), tag):
             raise Corrupt(f"a frame header that does not check: {bytes(buffer[:_HEAD.size])!r}")
+        if seq != self._seq:
+            raise Corrupt(f"frame number {seq} where {self._seq} was due (a frame of the child's sent again)")
         if length > self.limit:
             raise Corrupt(f"a frame of {length} bytes, past the limit of {self.limit}")
-        end = _HEAD.size + length + _TAIL.size
+        end = _HEAD.size + length + _TAIL
         if len(buffer) < end:
             return None
-        payload = bytes(buffer[_HEAD.size:_HEAD.size + length])
-        (check,) = _TAIL.unpack_from(buffer, _HEAD.size + length)
-        if zlib.crc32(payload) != check:
+        body = memoryview(buffer)[:_HEAD.size + length]
+        ok = hmac.compare_digest(_tag(self._key, body, _TAIL), bytes(buffer[_HEAD.size + length:end]))
+        payload = bytes(body[_HEAD.size:])
+        body.release()
+        if not ok:
             raise Corrupt(f"a frame of {length} bytes whose payload does not check")
         del buffer[:end]
+        self._seq += 1
         try:
             return pickle.loads(payload)
-        except Exception as exc:  # noqa: BLE001 - a payload that checks but does not unpickle: not the child's
+        except Exception as exc:  # noqa: BLE001 - the child's own frame, and it does not unpickle: say so
             raise Corrupt(f"a frame that does not unpickle ({type(exc).__name__}: {exc})") from None

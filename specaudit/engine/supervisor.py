@@ -233,8 +233,8 @@ class _Supervisor:
 
     # --- the child ---------------------------------------------------------------------------
 
-    def _child(self, out: int, answers: Connection, theirs: tuple[int, Connection], jobs: list[_Job]) -> None:
-        """Load and bind the target, measure ``jobs`` and send each result as a frame to ``out``; never returns.
+    def _child(self, out: frames.Writer, answers: Connection, theirs: tuple[int, Connection], jobs: list[_Job]) -> None:
+        """Load and bind the target, measure ``jobs`` and send each result as a frame through ``out``; never returns.
 
         ``theirs`` are the supervisor's ends of the two pipes (the results' read end, the answers'
         write end): closed here first, so the verifier can neither write into the answers nor
@@ -247,7 +247,7 @@ class _Supervisor:
         def send(message: tuple) -> None:
             if os.getpid() != me:  # a copy the verifier forked must not speak for the run
                 os._exit(0)
-            frames.write(out, message)
+            out.write(message)
 
         calls = itertools.count()
 
@@ -311,7 +311,7 @@ class _Supervisor:
             code = 3
         finally:
             with contextlib.suppress(BaseException):
-                os.close(out)
+                os.close(out.fd)
             os._exit(code)
 
     def _measure(self, job: _Job, binding: adapters.Binding, tick: Progress | None,
@@ -346,8 +346,9 @@ class _Supervisor:
         """Run one child on ``jobs``; return the job it died on (its ERROR recorded), or None when it finished."""
         ctx = mp.get_context("fork")
         mine, out = os.pipe()  # the child's framed messages (frames.Reader)
+        key = frames.new_key()  # this child's: a frame the verifier lays out without it is refused
         answers, answer = ctx.Pipe(duplex=False)  # the judge's decisions, back to the child
-        child = ctx.Process(target=self._child, args=(out, answers, (mine, answer), jobs), daemon=False)
+        child = ctx.Process(target=self._child, args=(frames.Writer(out, key), answers, (mine, answer), jobs), daemon=False)
         for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
             self.board.stamps[slot] = 0.0
         self.settle()
@@ -359,7 +360,7 @@ class _Supervisor:
         self._warm()
         os.close(out)
         answers.close()
-        recv = frames.Reader(mine, _MAX_MESSAGE)
+        recv = frames.Reader(mine, key, _MAX_MESSAGE)
         judge = Judge(self.settings, self.stop_level)  # decides the child's looks, keyed (run_scenarios call, unit)
         current: _Job | None = None
         measured: set[int] = set()  # jobs this child sent a result of

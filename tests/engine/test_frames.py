@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import struct
 import threading
 import time
@@ -12,6 +13,16 @@ import numpy as np
 import pytest
 
 from specaudit.engine import frames
+
+KEY = frames.new_key()
+
+
+def _reader(fd, limit=1 << 30):
+    return frames.Reader(fd, KEY, limit)
+
+
+def _frames(*messages, key=KEY, start=0):
+    return b"".join(frames.encode(m, key, start + i) for i, m in enumerate(messages))
 
 
 @pytest.fixture
@@ -25,9 +36,10 @@ def pipe():
 def test_messages_come_back_in_order_whole(pipe):
     r, w = pipe
     big = np.arange(200_000, dtype=np.int64)  # 1.6 MB: more than a pipe holds, written from a thread
-    writer = threading.Thread(target=lambda: [frames.write(w, m) for m in (("start", 0), ("look", big), ("done",))])
+    out = frames.Writer(w, KEY)
+    writer = threading.Thread(target=lambda: [out.write(m) for m in (("start", 0), ("look", big), ("done",))])
     writer.start()
-    reader = frames.Reader(r, 1 << 30)
+    reader = _reader(r)
     got = []
     deadline = time.monotonic() + 30
     while len(got) < 3 and time.monotonic() < deadline:
@@ -42,9 +54,9 @@ def test_messages_come_back_in_order_whole(pipe):
 
 def test_a_partial_frame_is_waited_for_within_the_timeout_and_no_longer(pipe):
     r, w = pipe
-    data = frames.encode(("progress", "x", 1, 2))
+    data = _frames(("progress", "x", 1, 2))
     os.write(w, data[:10])
-    reader = frames.Reader(r, 1 << 30)
+    reader = _reader(r)
     assert reader.next(0.2) is None and reader.pending() == 10  # what the pipe held is read, and kept
     t0 = time.monotonic()
     assert reader.next(0.2) is None  # nothing more came: it waited the timeout, and returned
@@ -56,10 +68,11 @@ def test_a_partial_frame_is_waited_for_within_the_timeout_and_no_longer(pipe):
 @pytest.mark.parametrize("where", ["before", "after", "inside"])
 def test_bytes_written_beside_a_frame_are_corrupt(pipe, where):
     r, w = pipe
-    frame, garbage = frames.encode(("result", 3, "x" * 100)), b"\x00\x00\x00\x08garbage!"
-    data = {"before": garbage + frame, "after": frame + garbage + frame, "inside": frame[:40] + garbage + frame[40:]}[where]
+    frame, garbage = _frames(("result", 3, "x" * 100)), b"\x00\x00\x00\x08garbage!"
+    second = frames.encode(("result", 3, "x" * 100), KEY, 1)
+    data = {"before": garbage + frame, "after": frame + garbage + second, "inside": frame[:40] + garbage + frame[40:]}[where]
     os.write(w, data)
-    reader = frames.Reader(r, 1 << 30)
+    reader = _reader(r)
     if where == "after":
         assert reader.next(0.1) == ("result", 3, "x" * 100)
     with pytest.raises(frames.Corrupt):
@@ -70,8 +83,8 @@ def test_bytes_written_beside_a_frame_are_corrupt(pipe, where):
 def test_a_forged_length_is_refused_at_once_not_waited_on(pipe, forged):
     # multiprocessing's own framing (a 4-byte length) would wait for the bytes it announces, for ever
     r, w = pipe
-    os.write(w, forged + frames.encode(("done",)))
-    reader = frames.Reader(r, 1 << 30)
+    os.write(w, forged + _frames(("done",)))
+    reader = _reader(r)
     t0 = time.monotonic()
     with pytest.raises(frames.Corrupt, match="frame"):
         reader.next(1.0)
@@ -80,37 +93,59 @@ def test_a_forged_length_is_refused_at_once_not_waited_on(pipe, forged):
 
 def test_a_header_that_checks_but_announces_too_much_is_refused(pipe):
     r, w = pipe
-    head = frames.MAGIC + struct.pack("<Q", 1 << 40)
-    os.write(w, head + struct.pack("<I", zlib.crc32(head)))
+    os.write(w, frames.encode(b"x" * 2000, KEY, 0))
     with pytest.raises(frames.Corrupt, match="past the limit"):
-        frames.Reader(r, 1 << 30).next(0.1)
+        _reader(r, limit=1000).next(0.1)
 
 
-def test_a_payload_that_does_not_check_or_unpickle_is_corrupt(pipe):
+def test_a_payload_that_does_not_check_is_corrupt(pipe):
     r, w = pipe
-    data = bytearray(frames.encode(("done",)))
-    data[-6] ^= 0xFF  # a payload byte
+    data = bytearray(_frames(("done",)))
+    data[-20] ^= 0xFF  # a payload byte
     os.write(w, bytes(data))
     with pytest.raises(frames.Corrupt, match="does not check"):
-        frames.Reader(r, 1 << 30).next(0.1)
-    r2, w2 = os.pipe()
-    try:
-        payload = b"not a pickle"
+        _reader(r).next(0.1)
+
+
+@pytest.mark.parametrize("how", ["another key", "checksums", "replayed"])
+def test_a_frame_laid_out_as_the_childs_without_its_key_or_sent_again_is_refused(pipe, how):
+    # the verifier can import specaudit.engine.frames and lay out a frame: without this child's key it does not
+    # check, and a frame of the child's it read and wrote again has a number already seen
+    r, w = pipe
+    if how == "another key":
+        forged = frames.encode(("done",), frames.new_key(), 0)
+    elif how == "checksums":  # magic, length and crc32s: the layout this module had before its tags
+        payload = pickle.dumps(("done",))
         head = frames.MAGIC + struct.pack("<Q", len(payload))
-        os.write(w2, head + struct.pack("<I", zlib.crc32(head)) + payload + struct.pack("<I", zlib.crc32(payload)))
-        with pytest.raises(frames.Corrupt, match="unpickle"):
-            frames.Reader(r2, 1 << 30).next(0.1)
-    finally:
-        os.close(r2)
-        os.close(w2)
+        forged = head + struct.pack("<I", zlib.crc32(head)) + payload + struct.pack("<I", zlib.crc32(payload))
+    else:
+        forged = _frames(("start", 0)) + _frames(("start", 0))
+    os.write(w, forged)
+    reader = _reader(r)
+    if how == "replayed":
+        assert reader.next(0.1) == ("start", 0)
+    with pytest.raises(frames.Corrupt, match="does not check|where 1 was due"):
+        reader.next(0.1)
+
+
+def test_a_forged_payload_is_never_unpickled(pipe, tmp_path):
+    # a pickle runs code as it loads: a frame without the key must be refused before its payload is touched
+    r, w = pipe
+    flag = tmp_path / "ran"
+    payload = b"cos\nsystem\n(S'touch " + str(flag).encode() + b"'\ntR."
+    fields = frames.MAGIC + struct.pack("<QQ", 0, len(payload))
+    os.write(w, fields + b"\x00" * 8 + payload + b"\x00" * 16)
+    with pytest.raises(frames.Corrupt):
+        _reader(r).next(0.1)
+    assert not flag.exists()
 
 
 def test_the_end_of_the_pipe_is_seen_and_what_came_before_it_kept():
     r, w = os.pipe()
     try:
-        os.write(w, frames.encode(("done",)) + b"SPA")  # a frame, then the start of one the writer never finished
+        os.write(w, _frames(("done",)) + b"SPA")  # a frame, then the start of one the writer never finished
         os.close(w)
-        reader = frames.Reader(r, 1 << 30)
+        reader = _reader(r)
         assert reader.next(0.1) == ("done",)
         assert reader.next(0.1) is None and reader.closed and reader.pending() == 3
     finally:
@@ -131,8 +166,8 @@ def test_a_descriptor_past_fd_setsize_is_read():
     os.close(r)
     os.close(w)
     try:
-        frames.write(high_w, ("done",))
-        assert frames.Reader(high_r, 1 << 30).next(1.0) == ("done",)
+        frames.Writer(high_w, KEY).write(("done",))
+        assert _reader(high_r).next(1.0) == ("done",)
     finally:
         os.close(high_r)
         os.close(high_w)
@@ -144,9 +179,9 @@ def test_a_frame_is_written_whole_through_a_descriptor_made_non_blocking(pipe):
     r, w = pipe
     os.set_blocking(w, False)
     big = ("look", b"x" * (1 << 20))  # past the pipe's 64 KiB
-    writer = threading.Thread(target=frames.write, args=(w, big))
+    writer = threading.Thread(target=frames.Writer(w, KEY).write, args=(big,))
     writer.start()
-    reader = frames.Reader(r, 1 << 30)
+    reader = _reader(r)
     got = None
     deadline = time.monotonic() + 30
     while got is None and time.monotonic() < deadline:

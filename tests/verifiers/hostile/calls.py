@@ -161,10 +161,11 @@ pipe_magic = _hostile(lambda: _write_into_descriptors(b"SPAF"))  # the first byt
 
 
 def _forged(*message):
-    """Write a frame that checks (specaudit.engine.frames), holding ``message``, into every descriptor."""
+    """Write a frame laid out as the child's (specaudit.engine.frames), but under a key of its own, into every descriptor."""
     from specaudit.engine import frames
 
-    _write_into_descriptors(frames.encode(message))
+    for seq in range(4):  # whatever number the supervisor expects next
+        _write_into_descriptors(frames.encode(message, frames.new_key(), seq))
 
 
 pipe_forged_done = _hostile(lambda: _forged("done"))  # "finished", with the scenario unmeasured
