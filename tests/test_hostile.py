@@ -444,6 +444,21 @@ def test_a_frame_the_verifier_lays_out_as_the_childs_is_refused(tmp_path, name):
     assert err["kind"] == "died" and why in err["message"], err
 
 
+@pytest.mark.parametrize("name", ["board_forged_supervisor", "board_forged_group"])
+def test_a_pid_the_verifier_writes_into_the_call_board_is_never_signalled(tmp_path, name):
+    # the board (start times and pids of running calls) is shared memory the verifier can write: the supervisor sent
+    # its stack-dump SIGUSR1 to whatever pid it held, and died of it with the finished scenarios (exit 138)
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
+         "--samples", "2000", "--no-power", "--timeout", "5", "--json", str(out)],
+        capture_output=True, timeout=300, close_fds=True, start_new_session=True,
+    )
+    assert done.returncode == ExitCode.CHECKS_FAILED, (done.returncode, done.stderr.decode(errors="replace")[-2000:])
+    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
+    assert by_name["markov-v4"]["error"] is None and by_name["peaked-v8"]["error"] is not None
+
+
 def test_a_jobs_worker_that_dies_between_two_blocks_is_that_scenarios_error(tmp_path):
     # a thread of the verifier's ends its worker 0.3 s after a call returned: the pool is found broken at a later
     # submit or in a pending block, whichever comes first (the submit was exit 3, BrokenProcessPool; timing decides

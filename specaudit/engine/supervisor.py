@@ -118,6 +118,16 @@ class _Job:
     samples: int | None = None
 
 
+def _in_group(pid: int, group: int) -> bool:
+    """Return True when ``pid`` is a process of process group ``group`` (a child's), and not this one."""
+    if pid <= 1 or pid == os.getpid():
+        return False
+    try:
+        return os.getpgid(pid) == group
+    except OSError:  # gone, or not ours to ask about
+        return False
+
+
 def _describe(exitcode: int | None) -> str:
     """Return what ended a child, from its exit code (negative: the signal)."""
     if exitcode is None:
@@ -435,10 +445,12 @@ class _Supervisor:
             if late is not None:
                 self._killed = late
                 if late[0] in ("timeout", "import"):
-                    stuck = child.pid if late[0] == "import" else self.board.pids[self._late_slot]
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(stuck, signal.SIGUSR1)  # faulthandler: where it is stuck
-                        time.sleep(0.2)
+                    slot = 0 if late[0] == "import" else self._late_slot
+                    stuck = child.pid if slot == 0 else self.board.pids[slot]
+                    if _in_group(stuck, child.pid):  # the board is shared memory: a pid the verifier wrote is not signalled
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(stuck, signal.SIGUSR1)  # faulthandler: where it is stuck
+                            time.sleep(0.2)
                 self._kill_group(child)
                 child.join()
                 return None

@@ -168,6 +168,18 @@ def _forged(*message):
         _write_into_descriptors(frames.encode(message, frames.new_key(), seq))
 
 
+def _forge_the_board(pid):
+    """Write a long-running call of process ``pid`` into the board's slot 1 (shared memory), then wait to be killed."""
+    from specaudit.contract import guard
+
+    shared = guard.board()
+    shared.pids[1] = pid
+    shared.stamps[1] = 1.0  # a call that started long ago: past any timeout
+    time.sleep(30)
+
+
+board_forged_supervisor = _hostile(lambda: _forge_the_board(os.getppid()))  # the supervisor, to be signalled
+board_forged_group = _hostile(lambda: _forge_the_board(0))  # pid 0: the signaller's whole process group
 pipe_forged_done = _hostile(lambda: _forged("done"))  # "finished", with the scenario unmeasured
 pipe_forged_start = _hostile(lambda: _forged("start", 0))  # a scenario started twice
 pipe_forged_look = _hostile(lambda: _forged("look", None))  # a look with no measurements
