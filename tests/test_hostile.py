@@ -444,6 +444,27 @@ def test_a_frame_the_verifier_lays_out_as_the_childs_is_refused(tmp_path, name):
     assert err["kind"] == "died" and why in err["message"], err
 
 
+@pytest.mark.parametrize("name, message", [
+    ("pipes_read_ends_closed", "the child could not hear the supervisor (the answer to a look could not be read"),
+    ("pipes_write_ends_on_devnull", "the verifier closed or replaced the pipe between them, and the child went on"),
+    ("descriptors_closed", "the child could no longer write to the supervisor (the verifier closed or replaced"),
+])
+def test_a_verifier_that_closes_or_replaces_the_childs_pipes_is_that_scenarios_error(tmp_path, name, message):
+    # closed answers: exit 3 (the OSError of recv was "internal"); results onto /dev/null: the child waited for the
+    # answer to a look the supervisor never got, and both waited for ever; all closed: "ended with os._exit(3)"
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
+         "--samples", "2000", "--no-power", "--json", str(out)],
+        capture_output=True, timeout=300, close_fds=True,
+    )
+    assert done.returncode == ExitCode.CHECKS_FAILED, (done.returncode, done.stderr.decode(errors="replace")[-2000:])
+    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
+    assert by_name["markov-v4"]["error"] is None
+    err = by_name["peaked-v8"]["error"]
+    assert err["kind"] == "died" and message in err["message"], err
+
+
 @pytest.mark.parametrize("name", ["board_forged_supervisor", "board_forged_group"])
 def test_a_pid_the_verifier_writes_into_the_call_board_is_never_signalled(tmp_path, name):
     # the board (start times and pids of running calls) is shared memory the verifier can write: the supervisor sent

@@ -105,6 +105,17 @@ def supported() -> bool:
 _MAX_MESSAGE = 1 << 30
 
 
+#: How long the child waits for the answer to a look, seconds: judging takes seconds at most, and an answer that
+#: never comes (the verifier read it, or took over the pipe that carried the look) must not hang the run.
+_ANSWER_WAIT = 600.0
+#: The child's exit code when its pipes to the supervisor are cut (the verifier closed or replaced them).
+_CUT_OFF = 86
+
+
+class _CutOff(BaseException):
+    """The child cannot hear the supervisor: the verifier closed, replaced or read the pipe of its answers."""
+
+
 class _Internal(Exception):
     """An internal error of the child (a specaudit bug), re-raised here with the child's traceback."""
 
@@ -257,7 +268,10 @@ class _Supervisor:
         def send(message: tuple) -> None:
             if os.getpid() != me:  # a copy the verifier forked must not speak for the run
                 os._exit(0)
-            out.write(message)
+            try:
+                out.write(message)
+            except OSError:  # the verifier closed or replaced the pipe: the supervisor says so from the exit code
+                os._exit(_CUT_OFF)
 
         calls = itertools.count()
 
@@ -267,9 +281,16 @@ class _Supervisor:
 
             def judge(unit: int, measured: Measured, looks: int, final: bool) -> Judged:
                 send(("look", (call, unit), measured, looks, final))
-                judged = answers.recv()
+                try:
+                    if not answers.poll(_ANSWER_WAIT):
+                        raise _CutOff(f"no answer to a look within {_ANSWER_WAIT:g} s")
+                    judged = answers.recv()
+                except _CutOff:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a closed, replaced or read-from pipe: EOFError, OSError, pickle's
+                    raise _CutOff(f"the answer to a look could not be read ({type(exc).__name__}: {exc})") from None
                 if not isinstance(judged, Judged):  # the supervisor never sends anything else
-                    raise TypeError(f"the supervisor answered a look with {type(judged).__name__}")
+                    raise _CutOff(f"the answer to a look was a {type(judged).__name__}")
                 return judged
             return judge
 
@@ -312,6 +333,9 @@ class _Supervisor:
                     result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
                 send(("result", job.index, result))
             send(("done",))
+        except _CutOff as exc:  # the verifier closed, replaced or read the answers' pipe
+            send(("cut-off", str(exc)))
+            code = _CUT_OFF
         except SpecauditError as exc:  # the run cannot go on as asked (Ray cannot start, say): the user's to fix
             with contextlib.suppress(BaseException):
                 send(("error", type(exc).__name__, str(exc), int(exc.exit_code)))
@@ -408,6 +432,9 @@ class _Supervisor:
                     current = None
                 elif kind == "done":
                     finished = True
+                elif kind == "cut-off":
+                    killed = self._refuse(child, message[1], heard=False)
+                    break
                 elif kind == "error":
                     raise _loading_error(message[1], message[2], message[3])
                 elif kind == "internal":
@@ -433,14 +460,22 @@ class _Supervisor:
     def _next(self, recv: frames.Reader, child: Any) -> tuple | None:
         """Return the child's next message, or None once it has ended (or been killed past the timeout, or corrupted its pipe)."""
         self._killed = None
+        closed_at: float | None = None
         while True:
             message = self._read(recv, child, _POLL)
             if message is not None or self._killed is not None:
                 return message
             if recv.closed:  # every writer closed the pipe: the child is ending (or the verifier closed it)
                 time.sleep(_POLL)
+                closed_at = time.monotonic() if closed_at is None else closed_at
             if not child.is_alive():
                 return self._read(recv, child, 0)  # what it sent before it died
+            if closed_at is not None and time.monotonic() - closed_at > guard.GRACE:  # alive, and it can no longer speak
+                self._kill_group(child)
+                child.join()
+                self._killed = (DIED, "the supervisor could not read the child's messages: the verifier closed or "
+                                      "replaced the pipe between them, and the child went on without it")
+                return None
             late = self._overdue()
             if late is not None:
                 self._killed = late
@@ -476,11 +511,19 @@ class _Supervisor:
         self._killed = self._refuse(child, what)
         return None
 
-    def _refuse(self, child: Any, why: str) -> tuple[str, str]:
-        """Kill ``child``, whose pipe holds what is no message of its own; return the (kind, message) of its ERROR."""
+    def _refuse(self, child: Any, why: str, *, heard: bool = True) -> tuple[str, str]:
+        """Kill ``child``, whose pipes the verifier meddled with; return the (kind, message) of its ERROR.
+
+        ``heard``: the pipe of the child's messages holds what is no message of its own; else the
+        child could not hear the supervisor's answers.
+        """
         self._kill_group(child)
         child.join()
-        return DIED, f"the supervisor could not read the child's messages: the verifier wrote into the pipe between them ({why[:200]})"
+        if heard:
+            return DIED, ("the supervisor could not read the child's messages: the verifier wrote into the pipe between "
+                          f"them ({why[:200]})")
+        return DIED, (f"the child could not hear the supervisor ({why[:200]}): the verifier closed, replaced or read "
+                      "the pipe of its answers")
 
     def _overdue(self) -> tuple[str, str] | None:
         """Return (kind, message) when a watched call must be ended, else None.
@@ -549,6 +592,8 @@ def _out_of_turn(message: tuple, jobs: Sequence[_Job], current: _Job | None, mea
     "result", in job order, then "done"; "error" and "internal" end it at any point.
     """
     kind, args = message[0], message[1:]
+    if kind == "cut-off":
+        return None if len(args) == 1 and isinstance(args[0], str) else "a malformed 'cut-off' message"
     if kind in ("error", "internal"):
         n = 3 if kind == "error" else 2
         ok = len(args) == n and all(isinstance(a, str) for a in args[:2]) and (kind == "internal" or isinstance(args[2], int))
@@ -587,6 +632,10 @@ def killed_error(killed: tuple[str, str] | None, exitcode: int | None, dump: str
         if kind == DIED and fatal:  # what faulthandler saw: "Segmentation fault", "Aborted", ...
             message += f" ({fatal.group(1).strip()})"
         return ErrorInfo(kind, message, traceback=dump)
+    if exitcode == _CUT_OFF:
+        return ErrorInfo(DIED, "the child could no longer write to the supervisor (the verifier closed or replaced the "
+                         f"pipe between them), or the verifier ended the process with os._exit({_CUT_OFF}); "
+                         "the run went on in a fresh process", traceback=dump)
     return ErrorInfo(DIED, f"the verifier {_describe(exitcode)} while this scenario ran; "
                      "the run went on in a fresh process", traceback=dump)
 

@@ -168,6 +168,41 @@ def _forged(*message):
         _write_into_descriptors(frames.encode(message, frames.new_key(), seq))
 
 
+def _pipe_ends(mode):
+    """Return the descriptors from 3 to 255 that are pipe ends open for ``mode`` (os.O_RDONLY or os.O_WRONLY)."""
+    import fcntl
+    import stat
+
+    ends = []
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == mode:
+                ends.append(fd)
+        except OSError:
+            continue
+    return ends
+
+
+def _onto_devnull(fds, mode):
+    """Make each of ``fds`` /dev/null, opened for ``mode``."""
+    null = os.open(os.devnull, mode)
+    for fd in fds:
+        os.dup2(null, fd)
+
+
+def _close(fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            continue
+
+
+pipes_read_ends_closed = _hostile(lambda: _close(_pipe_ends(os.O_RDONLY)))  # the answers' pipe among them
+pipes_write_ends_on_devnull = _hostile(lambda: _onto_devnull(_pipe_ends(os.O_WRONLY), os.O_WRONLY))  # the results' pipe
+descriptors_closed = _hostile(lambda: _close(range(3, 256)))  # every pipe, file and socket the process holds
+
+
 def _forge_the_board(pid):
     """Write a long-running call of process ``pid`` into the board's slot 1 (shared memory), then wait to be killed."""
     from specaudit.contract import guard
