@@ -226,7 +226,6 @@ class _Supervisor:
         self.errfile = tempfile.TemporaryFile()  # no name on disk: nothing is left behind
         self.label: str | None = None
         self.adapter: str | None = None
-        self.sent: set[int] = set()  # scenarios with a result
         self._killed: tuple[str, str] | None = None  # (error kind, message): why the last child was killed
         self._dead_since: dict[int, float] = {}  # worker slots whose process was seen dead mid-call, and when
         self._late_slot = 0
@@ -451,8 +450,10 @@ class _Supervisor:
                 f"the target {_describe(self._exitcode)} while importing")
             raise TargetLoadError(f"loading {self.target!r}: {what}" + (f"\n{dump}" if dump else ""))
         if current is None:  # between two scenarios: the next one was about to start
-            current = jobs[0] if self.label is None else next(
-                (j for j in jobs if j.index not in self.sent), jobs[-1])
+            left = [j for j in jobs if j.index not in measured]
+            if not left:  # it ended after its last result (a thread of the verifier's): nothing measured is lost
+                return None
+            current = left[0]
         info = killed_error(killed, self._exitcode, dump)
         on_result(current.index, dataclasses.replace(self._base(current), error=info))
         return current
@@ -719,7 +720,6 @@ def execute_supervised(
     done: list[ScenarioResult] = []
 
     def record(index: int, result: ScenarioResult) -> None:
-        sup.sent.add(index)
         done.append(result)
         if on_scenario is not None:
             on_scenario(result)
