@@ -37,8 +37,8 @@
    on every simulated default-suite scenario (the fewest sequences to a failed check).
 
 --quick runs every section on small sizes (a test runs it; its figures are not the goals'). The
-run with ``--samples-large 3000`` took under 5 minutes of wall time, the gate included (2-core machine,
-load average about 1, 2026-12-01); a shared machine stretches it.
+run with ``--samples-large 3000`` took about 10 minutes of wall time with each real-vocabulary line run 3 times,
+the gate included (2-core machine, load average 0.5-1.4, 2026-12-02); a shared machine stretches it.
 """
 
 from __future__ import annotations
