@@ -465,6 +465,24 @@ def test_a_verifier_that_closes_or_replaces_the_childs_pipes_is_that_scenarios_e
     assert err["kind"] == "died" and message in err["message"], err
 
 
+@pytest.mark.parametrize("name", ["lingering_output"])
+def test_a_child_that_does_nothing_outside_any_call_is_that_scenarios_error(monkeypatch, name):
+    # no clock watched the harness between calls: a finalizer of the verifier's output that never ends (as a SIGSTOP
+    # or a thread holding the GIL outside a call) hung the run for ever. The idle limit (at least 300 s) is 3 s here.
+    import specaudit
+    from specaudit.engine import supervisor
+
+    monkeypatch.setattr(supervisor, "_idle_limit", lambda timeout: 3.0)
+    t0 = time.monotonic()
+    result = specaudit.run(f"{CALLS}:{name}", ["markov-v4", "peaked-v8"], samples=2000, power=False, timeout=30,
+                           suspect_level=0.0)
+    assert time.monotonic() - t0 < 120
+    errors = {s.name: s.error for s in result.scenarios}
+    assert errors["markov-v4"] is None
+    assert errors["peaked-v8"].kind == "died" and "did nothing for" in errors["peaked-v8"].message, errors["peaked-v8"]
+    assert result.exit_code() == ExitCode.CHECKS_FAILED
+
+
 @pytest.mark.parametrize("name", ["board_forged_supervisor", "board_forged_group"])
 def test_a_pid_the_verifier_writes_into_the_call_board_is_never_signalled(tmp_path, name):
     # the board (start times and pids of running calls) is shared memory the verifier can write: the supervisor sent

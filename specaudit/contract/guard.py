@@ -61,8 +61,9 @@ class Board:
     """Shared memory a supervisor reads without messages: per slot, the start of the running call and its pid.
 
     Slot 0 is the supervised process itself; forked block workers (``--jobs N``) claim slots
-    1.. (:func:`claim`). A stamp is ``time.monotonic()`` at the start of a timed call, 0.0 when no
-    call runs; ``monotonic`` is one system-wide clock on Linux, so the parent can read it.
+    1.. (:func:`claim`). A stamp is ``time.monotonic()`` at the start of a timed call, minus the
+    time its last call ended while none runs, 0.0 before the first; ``monotonic`` is one
+    system-wide clock on Linux, so the parent can read it.
     """
 
     def __init__(self, slots: int):
@@ -299,7 +300,7 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
                 if stamps is not None:
                     if os.getpid() != pid:  # a copy the verifier forked: it must not run the harness
                         os._exit(0)
-                    stamps[slot] = 0.0
+                    stamps[slot] = -time.monotonic()  # idle since: the supervisor watches the harness between calls
         except VerifierTimeout as exc:
             raise late(_user_frames(exc)) from None
         except BaseException as exc:  # the user's code may raise anything, sys.exit included

@@ -108,6 +108,11 @@ _MAX_MESSAGE = 1 << 30
 #: How long the child waits for the answer to a look, seconds: judging takes seconds at most, and an answer that
 #: never comes (the verifier read it, or took over the pipe that carried the look) must not hang the run.
 _ANSWER_WAIT = 600.0
+def _idle_limit(timeout: float) -> float:
+    """Return how long the child may go without a message or a verifier call, seconds (``--timeout`` is set)."""
+    return max(300.0, 2 * timeout)
+
+
 #: The child's exit code when its pipes to the supervisor are cut (the verifier closed or replaced them).
 _CUT_OFF = 86
 
@@ -231,6 +236,7 @@ class _Supervisor:
         self._late_slot = 0
         self._exitcode: int | None = None  # how the last child ended
         self._loading_since: float | None = None  # when the child started loading the target (None: bound)
+        self._heard = time.monotonic()  # when the child's last message came (or the supervisor last answered it)
         self._warming: threading.Thread | None = None  # imports _JUDGING (+ _FINISHING) while the first child measures
 
     def close(self) -> None:
@@ -386,7 +392,7 @@ class _Supervisor:
             self.board.stamps[slot] = 0.0
         self.settle()
         child.start()
-        self._loading_since = time.monotonic()
+        self._loading_since = self._heard = time.monotonic()
         opening = getattr(self.progress, "open", None)  # optional: a reporter's imports, beside the child's (issue 20)
         if opening is not None:
             opening()
@@ -422,6 +428,7 @@ class _Supervisor:
                     decided = judge(*message[1:])
                     with contextlib.suppress(OSError):  # the child died meanwhile (a thread of the verifier's): seen next
                         answer.send(decided)
+                    self._heard = time.monotonic()  # the child's clock starts again with the answer
                 elif kind == "progress":
                     if self.progress is not None:
                         self.progress(*message[1:])
@@ -465,6 +472,7 @@ class _Supervisor:
         while True:
             message = self._read(recv, child, _POLL)
             if message is not None or self._killed is not None:
+                self._heard = time.monotonic()
                 return message
             if recv.closed:  # every writer closed the pipe: the child is ending (or the verifier closed it)
                 time.sleep(_POLL)
@@ -480,7 +488,9 @@ class _Supervisor:
             late = self._overdue()
             if late is not None:
                 self._killed = late
-                if late[0] in ("timeout", "import"):
+                if late[0] in ("timeout", "import", "stalled"):
+                    if late[0] == "stalled":  # the scenario's ERROR is a death the verifier caused
+                        self._killed = (DIED, late[1])
                     slot = 0 if late[0] == "import" else self._late_slot
                     stuck = child.pid if slot == 0 else self.board.pids[slot]
                     if _in_group(stuck, child.pid):  # the board is shared memory: a pid the verifier wrote is not signalled
@@ -540,8 +550,18 @@ class _Supervisor:
         if self._loading_since is not None and limit and now - self._loading_since > limit:
             return "import", (f"importing and binding the target did not finish within {limit:g} s "
                               f"(--import-timeout {limit:g}); it hangs at import, or needs longer: raise --import-timeout")
-        for slot in range(len(self.board.stamps)):
-            start = self.board.stamps[slot]
+        stamps = list(self.board.stamps)
+        # (not with --backend ray: its workers' calls are on no board of this run's)
+        if timeout and self.settings.backend == "local" and self._loading_since is None and all(start <= 0 for start in stamps):
+            # no call runs: the harness works between calls, and it has never needed minutes for that
+            since = max([self._heard, *(-start for start in stamps if start < 0)])
+            if now - since > _idle_limit(timeout):
+                self._late_slot = 0  # the child: where it is stuck, if it can say
+                return "stalled", (f"the child did nothing for {now - since:.0f} s outside any verifier call (its harness "
+                              "never takes that long): it was stopped (SIGSTOP), or something of the verifier's blocks it "
+                              "(a thread holding the GIL, a finalizer of a returned object that never ends)")
+        for slot in range(len(stamps)):
+            start = stamps[slot]
             if start <= 0:
                 self._dead_since.pop(slot, None)
                 continue

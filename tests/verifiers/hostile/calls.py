@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from specaudit.verifiers.reference import verify as _reference
 
 #: Attack only batches of at least this many rows (``--jobs 2`` tests: the simulation's blocks, not the probes).
@@ -201,6 +203,25 @@ def _close(fds):
 pipes_read_ends_closed = _hostile(lambda: _close(_pipe_ends(os.O_RDONLY)))  # the answers' pipe among them
 pipes_write_ends_on_devnull = _hostile(lambda: _onto_devnull(_pipe_ends(os.O_WRONLY), os.O_WRONLY))  # the results' pipe
 descriptors_closed = _hostile(lambda: _close(range(3, 256)))  # every pipe, file and socket the process holds
+
+
+class _Lingering(np.ndarray):
+    """An output array whose finalizer never ends: the harness drops it outside any timed call."""
+
+    def __del__(self):
+        time.sleep(3600)
+
+
+def _output_that_lingers(draft, q, p, num_draft, rng):
+    out, n_out = _reference(draft, q, p, num_draft, rng)
+    return out.view(_Lingering), n_out
+
+
+def lingering_output(draft, q, p, num_draft, rng):
+    """The reference, but on vocabulary 8 its output's finalizer blocks for an hour."""
+    if p.shape[-1] == 8 and draft.shape[0] >= _MIN_BATCH:
+        return _output_that_lingers(draft, q, p, num_draft, rng)
+    return _reference(draft, q, p, num_draft, rng)
 
 
 def _forge_the_board(pid):
