@@ -465,6 +465,37 @@ def test_a_verifier_that_closes_or_replaces_the_childs_pipes_is_that_scenarios_e
     assert err["kind"] == "died" and message in err["message"], err
 
 
+def test_a_target_that_does_not_load_again_in_a_fresh_child_is_an_error_of_the_scenarios_left(tmp_path):
+    # the child of peaked-v8 dies; the fresh child's import of the target raises: that ended the run with exit 4
+    # and a results file left "running", the verdict and peaked-v8's ERROR lost
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{HOSTILE / 'loads_once.py'}:verify", "-s", "peaked-v8",
+         "-s", "markov-v4", "--samples", "2000", "--no-power", "--json", str(out)],
+        capture_output=True, timeout=300, env={**os.environ, "SPECAUDIT_HOSTILE_FIRST": str(tmp_path / "first")},
+    )
+    assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr.decode(errors="replace")[-2000:]
+    doc = json.loads(out.read_text())
+    errors = {s["name"]: s["error"] for s in doc["scenarios"]}
+    assert "os._exit(7)" in errors["peaked-v8"]["message"]
+    assert "the child stopped on TargetLoadError" in errors["markov-v4"]["message"]
+    assert "this module loads once" in errors["markov-v4"]["message"]
+
+
+def test_an_error_a_handler_of_the_verifiers_raises_with_exit_code_0_is_no_green_run(tmp_path):
+    # a SpecauditError subclass with exit code 0, raised by the verifier's signal handler outside a call: the child
+    # passed it on as the run's error and the run exited 0 with peaked-v8 never measured
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:error_exit0_from_a_handler", "-s", "markov-v4",
+         "-s", "peaked-v8", "--samples", "2000", "--no-power", "--json", str(out)],
+        capture_output=True, timeout=300,
+    )
+    assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr.decode(errors="replace")[-2000:]
+    errors = {s["name"]: s["error"] for s in json.loads(out.read_text())["scenarios"]}
+    assert errors["markov-v4"] is None and "raised by the verifier's signal handler" in errors["peaked-v8"]["message"]
+
+
 @pytest.mark.parametrize("name", ["lingering_output"])
 def test_a_child_that_does_nothing_outside_any_call_is_that_scenarios_error(monkeypatch, name):
     # no clock watched the harness between calls: a finalizer of the verifier's output that never ends (as a SIGSTOP

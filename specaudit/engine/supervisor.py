@@ -404,6 +404,7 @@ class _Supervisor:
         current: _Job | None = None
         measured: set[int] = set()  # jobs this child sent a result of
         bound = False  # this child bound the target (the supervisor's label may be an earlier child's)
+        again = self.label is not None  # an earlier child bound it: a load error now is this run's, not the user's input
         killed: tuple[str, str] | None = None
         finished = False
         try:
@@ -442,6 +443,11 @@ class _Supervisor:
                     killed = self._refuse(child, message[1], heard=False)
                     break
                 elif kind == "error":
+                    if again or message[3] not in (ExitCode.USAGE_ERROR, ExitCode.NO_SCENARIOS):
+                        # the target loaded once and not again, or an error that is no input's (exit 0 from a signal
+                        # handler of the verifier's): the scenario's ERROR, and the run goes on
+                        killed = self._refuse(child, f"{message[1]}: {message[2]}", heard=None)
+                        break
                     raise _loading_error(message[1], message[2], message[3])
                 elif kind == "internal":
                     raise _Internal(f"{message[1]} in the engine process:\n{message[2]}")
@@ -522,14 +528,17 @@ class _Supervisor:
         self._killed = self._refuse(child, what)
         return None
 
-    def _refuse(self, child: Any, why: str, *, heard: bool = True) -> tuple[str, str]:
-        """Kill ``child``, whose pipes the verifier meddled with; return the (kind, message) of its ERROR.
+    def _refuse(self, child: Any, why: str, *, heard: bool | None = True) -> tuple[str, str]:
+        """Kill ``child``; return the (kind, message) of its scenario's ERROR.
 
-        ``heard``: the pipe of the child's messages holds what is no message of its own; else the
-        child could not hear the supervisor's answers.
+        ``heard``: True, the pipe of the child's messages holds what is no message of its own;
+        False, the child could not hear the supervisor's answers; None, the child stopped on an
+        error (``why``) that ends a scenario, not the run.
         """
         self._kill_group(child)
         child.join()
+        if heard is None:
+            return DIED, f"the child stopped on {why[:300]}"
         if heard:
             return DIED, ("the supervisor could not read the child's messages: the verifier wrote into the pipe between "
                           f"them ({why[:200]})")

@@ -224,6 +224,34 @@ def lingering_output(draft, q, p, num_draft, rng):
     return _reference(draft, q, p, num_draft, rng)
 
 
+def _raise_from_a_signal_handler_between_calls():
+    """Install a SIGUSR2 handler that raises a SpecauditError with exit code 0, and fire it once the call returned."""
+    import threading
+
+    from specaudit.contract import guard
+    from specaudit.errors import ExitCode, SpecauditError
+
+    class Green(SpecauditError):
+        exit_code = ExitCode.OK
+
+    def handler(signum, frame):
+        raise Green("raised by the verifier's signal handler")
+
+    def fire():
+        shared = guard.board()
+        while shared is not None and shared.stamps[0] > 0:  # wait for the call to return
+            time.sleep(0.0005)
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+    if not getattr(_raise_from_a_signal_handler_between_calls, "armed", False):
+        _raise_from_a_signal_handler_between_calls.armed = True
+        signal.signal(signal.SIGUSR2, handler)
+        threading.Thread(target=fire, daemon=True).start()
+
+
+error_exit0_from_a_handler = _hostile(_raise_from_a_signal_handler_between_calls)
+
+
 def _forge_the_board(pid):
     """Write a long-running call of process ``pid`` into the board's slot 1 (shared memory), then wait to be killed."""
     from specaudit.contract import guard
