@@ -130,7 +130,7 @@ class Reader:
         if magic != MAGIC or not hmac.compare_digest(_tag(self._key, bytes(buffer[:_HEAD.size - 8]), 8), tag):
             raise Corrupt(f"a frame header that does not check: {bytes(buffer[:_HEAD.size])!r}")
         if seq != self._seq:
-            raise Corrupt(f"frame number {seq} where {self._seq} was due (a frame of the child's sent again)")
+            raise Corrupt(f"frame number {seq} where {self._seq} was due (a frame of the child's read away, or sent again)")
         if length > self.limit:
             raise Corrupt(f"a frame of {length} bytes, past the limit of {self.limit}")
         end = _HEAD.size + length + _TAIL

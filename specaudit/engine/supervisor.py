@@ -40,6 +40,7 @@ import os
 import re
 import signal
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -132,6 +133,28 @@ class _Job:
     index: int
     seed: int | None = None
     samples: int | None = None
+
+
+def _raised_by_the_verifier(exc: BaseException) -> bool:
+    """Return True when ``exc``, escaping the child's harness, is the verifier's doing rather than specaudit's.
+
+    KeyboardInterrupt and SystemExit: the child is in a process group of its own (no terminal's
+    Ctrl-C reaches it) and specaudit raises neither there. Anything else: its innermost frame is
+    in a file outside specaudit, the standard library and the installed packages (a signal handler
+    of the verifier's module fired while the harness ran).
+    """
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return True
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    where = os.path.realpath(tb.tb_frame.f_code.co_filename)
+    paths = sysconfig.get_paths()
+    ours = [os.path.dirname(os.path.realpath(adapters.__file__ or "")).rsplit(os.sep, 1)[0],
+            *(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib"))]
+    return not where.startswith("<") and not any(where.startswith(root + os.sep) for root in ours)
 
 
 def _in_group(pid: int, group: int) -> bool:
@@ -344,10 +367,15 @@ class _Supervisor:
         except SpecauditError as exc:  # the run cannot go on as asked (Ray cannot start, say): the user's to fix
             with contextlib.suppress(BaseException):
                 send(("error", type(exc).__name__, str(exc), int(exc.exit_code)))
-        except BaseException as exc:  # noqa: BLE001 - a specaudit bug: the supervisor reports it as internal
-            with contextlib.suppress(BaseException):
-                send(("internal", type(exc).__name__, "".join(traceback.format_exception(exc))))
-            code = 3
+        except BaseException as exc:  # noqa: BLE001 - a specaudit bug (internal), unless the verifier's code raised it
+            if _raised_by_the_verifier(exc):  # its signal handler, outside a call: the scenario's ERROR
+                with contextlib.suppress(BaseException):
+                    send(("error", type(exc).__name__, f"{guard.describe_exit(exc)} outside a verifier call "
+                          "(from a signal handler or a thread of its own)", int(ExitCode.CHECKS_FAILED)))
+            else:
+                with contextlib.suppress(BaseException):
+                    send(("internal", type(exc).__name__, "".join(traceback.format_exception(exc))))
+                code = 3
         finally:
             with contextlib.suppress(BaseException):
                 os.close(out.fd)

@@ -224,32 +224,41 @@ def lingering_output(draft, q, p, num_draft, rng):
     return _reference(draft, q, p, num_draft, rng)
 
 
-def _raise_from_a_signal_handler_between_calls():
-    """Install a SIGUSR2 handler that raises a SpecauditError with exit code 0, and fire it once the call returned."""
-    import threading
-
-    from specaudit.contract import guard
+def _green_error():
     from specaudit.errors import ExitCode, SpecauditError
 
     class Green(SpecauditError):
         exit_code = ExitCode.OK
 
-    def handler(signum, frame):
-        raise Green("raised by the verifier's signal handler")
+    return Green("raised by the verifier's signal handler")
+
+
+def _signal_between_calls(signum, exc=None):
+    """Once, send ``signum`` to this process when the call has returned; with ``exc`` (a factory) its handler raises it."""
+    import threading
+
+    from specaudit.contract import guard
 
     def fire():
         shared = guard.board()
         while shared is not None and shared.stamps[0] > 0:  # wait for the call to return
             time.sleep(0.0005)
-        os.kill(os.getpid(), signal.SIGUSR2)
+        os.kill(os.getpid(), signum)
 
-    if not getattr(_raise_from_a_signal_handler_between_calls, "armed", False):
-        _raise_from_a_signal_handler_between_calls.armed = True
-        signal.signal(signal.SIGUSR2, handler)
+    def handler(got, frame):
+        raise exc()
+
+    flag = f"armed_{signum}"
+    if not getattr(_signal_between_calls, flag, False):
+        setattr(_signal_between_calls, flag, True)
+        if exc is not None:
+            signal.signal(signum, handler)
         threading.Thread(target=fire, daemon=True).start()
 
 
-error_exit0_from_a_handler = _hostile(_raise_from_a_signal_handler_between_calls)
+error_exit0_from_a_handler = _hostile(lambda: _signal_between_calls(signal.SIGUSR2, _green_error))
+timeout_error_from_a_handler = _hostile(lambda: _signal_between_calls(signal.SIGUSR2, lambda: TimeoutError("its own")))
+sigint_between_calls = _hostile(lambda: _signal_between_calls(signal.SIGINT))  # the child's default: KeyboardInterrupt
 
 
 def _forge_the_board(pid):
