@@ -407,22 +407,29 @@ def test_the_python_api_is_supervised_so_the_calling_process_outlives_the_verifi
         specaudit.assert_lossless(f"{CALLS}:{name}", scenarios=["peaked-v8"], samples=2000, timeout=1)
 
 
+def _peaked_v8_error(tmp_path, target, *args, **run):
+    """Run ``target`` on markov-v4 then peaked-v8 (2,000 sequences, no power) in a process of its own; return
+    peaked-v8's error, after asserting exit 1 and a clean markov-v4 (the verifier misbehaves on vocabulary 8)."""
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", str(target), "-s", "markov-v4", "-s", "peaked-v8",
+         "--samples", "2000", "--no-power", "--json", str(out), *args],
+        capture_output=True, timeout=300, **{"close_fds": True, **run},
+    )
+    assert done.returncode == ExitCode.CHECKS_FAILED, (done.returncode, done.stderr.decode(errors="replace")[-2000:])
+    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
+    assert by_name["markov-v4"]["error"] is None  # the reference elsewhere: a clean pass before the fault
+    assert by_name["peaked-v8"]["error"] is not None
+    return by_name["peaked-v8"]["error"]
+
+
 @pytest.mark.parametrize("early_stop", [False, True])
 @pytest.mark.parametrize("name", ["pipe_garbage", "pipe_forged_length", "pipe_small_forged_length", "pipe_magic"])
 def test_bytes_the_verifier_writes_into_the_supervisors_pipe_are_that_scenarios_error(tmp_path, name, early_stop):
     # in a process of its own: the verifier writes into every descriptor from 3 (inside pytest, xdist's among them).
     # Garbage made exit 3 (UnpicklingError); a forged 2 GiB length hung the supervisor in recv() forever, and a
     # forged 1 MiB one (under the read limit) hung it while the child waited for the answer to its look.
-    out = tmp_path / "r.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
-         "--samples", "2000", "--no-power", "--json", str(out)] + (["--early-stop"] if early_stop else []),
-        capture_output=True, timeout=300, close_fds=True,
-    )
-    assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr.decode(errors="replace")[-2000:]
-    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
-    assert by_name["markov-v4"]["error"] is None  # the reference elsewhere: a clean pass before the fault
-    err = by_name["peaked-v8"]["error"]
+    err = _peaked_v8_error(tmp_path, f"{CALLS}:{name}", *(["--early-stop"] if early_stop else []))
     assert err["kind"] == "died" and "could not read the child's messages: the verifier wrote into the pipe" in err["message"]
 
 
@@ -430,18 +437,8 @@ def test_bytes_the_verifier_writes_into_the_supervisors_pipe_are_that_scenarios_
 def test_a_frame_the_verifier_lays_out_as_the_childs_is_refused(tmp_path, name):
     # frames with crc32s that checked, written into the pipe: a forged "done" ended the run with peaked-v8 unmeasured
     # and exit 0, a forged "start" or "look" raised in the supervisor (exit 3). Without the child's key they do not check.
-    why = "does not check"
-    out = tmp_path / "r.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
-         "--samples", "2000", "--no-power", "--json", str(out)],
-        capture_output=True, timeout=300, close_fds=True,
-    )
-    assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr.decode(errors="replace")[-2000:]
-    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
-    assert by_name["markov-v4"]["error"] is None
-    err = by_name["peaked-v8"]["error"]
-    assert err["kind"] == "died" and why in err["message"], err
+    err = _peaked_v8_error(tmp_path, f"{CALLS}:{name}")
+    assert err["kind"] == "died" and "does not check" in err["message"], err
 
 
 @pytest.mark.parametrize("name, message", [
@@ -452,16 +449,7 @@ def test_a_frame_the_verifier_lays_out_as_the_childs_is_refused(tmp_path, name):
 def test_a_verifier_that_closes_or_replaces_the_childs_pipes_is_that_scenarios_error(tmp_path, name, message):
     # closed answers: exit 3 (the OSError of recv was "internal"); results onto /dev/null: the child waited for the
     # answer to a look the supervisor never got, and both waited for ever; all closed: "ended with os._exit(3)"
-    out = tmp_path / "r.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
-         "--samples", "2000", "--no-power", "--json", str(out)],
-        capture_output=True, timeout=300, close_fds=True,
-    )
-    assert done.returncode == ExitCode.CHECKS_FAILED, (done.returncode, done.stderr.decode(errors="replace")[-2000:])
-    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
-    assert by_name["markov-v4"]["error"] is None
-    err = by_name["peaked-v8"]["error"]
+    err = _peaked_v8_error(tmp_path, f"{CALLS}:{name}")
     assert err["kind"] == "died" and message in err["message"], err
 
 
@@ -490,15 +478,8 @@ def test_a_target_that_does_not_load_again_in_a_fresh_child_is_an_error_of_the_s
 def test_what_the_verifiers_signal_handler_raises_between_calls_is_that_scenarios_error(tmp_path, name, message):
     # raised in the harness, outside a call: a SpecauditError with exit code 0 was passed on as the run's error and the
     # run exited 0 with peaked-v8 never measured; TimeoutError and KeyboardInterrupt were "internal" (exit 3)
-    out = tmp_path / "r.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4",
-         "-s", "peaked-v8", "--samples", "2000", "--no-power", "--json", str(out)],
-        capture_output=True, timeout=300,
-    )
-    assert done.returncode == ExitCode.CHECKS_FAILED, done.stderr.decode(errors="replace")[-2000:]
-    errors = {s["name"]: s["error"] for s in json.loads(out.read_text())["scenarios"]}
-    assert errors["markov-v4"] is None and message in errors["peaked-v8"]["message"], errors["peaked-v8"]
+    err = _peaked_v8_error(tmp_path, f"{CALLS}:{name}", close_fds=False)
+    assert message in err["message"], err
 
 
 @pytest.mark.parametrize("name", ["lingering_output"])
@@ -523,15 +504,7 @@ def test_a_child_that_does_nothing_outside_any_call_is_that_scenarios_error(monk
 def test_a_pid_the_verifier_writes_into_the_call_board_is_never_signalled(tmp_path, name):
     # the board (start times and pids of running calls) is shared memory the verifier can write: the supervisor sent
     # its stack-dump SIGUSR1 to whatever pid it held, and died of it with the finished scenarios (exit 138)
-    out = tmp_path / "r.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:{name}", "-s", "markov-v4", "-s", "peaked-v8",
-         "--samples", "2000", "--no-power", "--timeout", "5", "--json", str(out)],
-        capture_output=True, timeout=300, close_fds=True, start_new_session=True,
-    )
-    assert done.returncode == ExitCode.CHECKS_FAILED, (done.returncode, done.stderr.decode(errors="replace")[-2000:])
-    by_name = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
-    assert by_name["markov-v4"]["error"] is None and by_name["peaked-v8"]["error"] is not None
+    _peaked_v8_error(tmp_path, f"{CALLS}:{name}", "--timeout", "5", start_new_session=True)
 
 
 def test_a_jobs_worker_that_dies_between_two_blocks_is_that_scenarios_error(tmp_path):
