@@ -298,7 +298,9 @@ class _Supervisor:
                 os._exit(0)
             try:
                 out.write(message)
-            except OSError:  # the verifier closed or replaced the pipe: the supervisor says so from the exit code
+            except OSError as exc:  # the verifier closed or replaced the pipe: the supervisor says so from the exit code
+                if exc.errno is None:  # raised, not failed: a TimeoutError of the verifier's signal handler, say
+                    raise
                 os._exit(_CUT_OFF)
 
         calls = itertools.count()
