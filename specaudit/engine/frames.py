@@ -19,6 +19,7 @@ import pickle
 import secrets
 import select
 import struct
+import time
 from typing import Any
 
 #: The first bytes of every frame.
@@ -51,29 +52,40 @@ def encode(message: Any, key: bytes, seq: int) -> bytes:
 
 
 class Writer:
-    """Frames to the write end ``fd`` of a pipe, numbered from 0, under ``key``."""
+    """Frames to the write end ``fd`` of a pipe, numbered from 0, under ``key``.
 
-    def __init__(self, fd: int, key: bytes):
+    ``sent``: a shared counter (``multiprocessing.RawValue``) of the frames written whole, so the
+    reader can tell a frame that is on its way from one the verifier read out of the pipe.
+    """
+
+    def __init__(self, fd: int, key: bytes, sent: Any = None):
         self.fd = fd
+        self.sent = sent
         self._key = key
         self._seq = 0
 
-    def write(self, message: Any) -> None:
+    def write(self, message: Any, within: float | None = None) -> None:
         """Write ``message`` as the next frame, waiting until all of it is in the pipe.
 
-        Waits on a full pipe even where the descriptor was made non-blocking (the verifier shares it).
+        Waits on a full pipe even where the descriptor was made non-blocking (the verifier shares
+        it); on a non-blocking descriptor, ``within`` seconds at most (then TimeoutError).
         """
         view = memoryview(encode(message, self._key, self._seq))
         self._seq += 1
         room: select.poll | None = None
+        start = time.monotonic()
         while view:
             try:
                 view = view[os.write(self.fd, view):]
             except BlockingIOError:
+                if within is not None and time.monotonic() - start > within:
+                    raise TimeoutError(f"the pipe took no more of a frame for {within:g} s") from None
                 if room is None:
                     room = select.poll()
                     room.register(self.fd, select.POLLOUT)
-                room.poll(1000)
+                room.poll(100)
+        if self.sent is not None:
+            self.sent.value = self._seq
 
 
 class Reader:
@@ -85,9 +97,11 @@ class Reader:
         self._key = key
         self._seq = 0  # the number of the next frame
         self.closed = False  # the pipe read EOF: every writer has closed it
+        self.last_read = time.monotonic()  # when bytes last came
         self._buffer = bytearray()
         self._poll = select.poll()  # not select.select: a descriptor past FD_SETSIZE (1024) is refused there
         self._poll.register(fd, select.POLLIN)
+        os.set_blocking(fd, False)  # bytes another reader takes between poll and read must not leave this one waiting
 
     def _readable(self, timeout: float) -> bool:
         """Return True when the pipe holds bytes or its end (EOF, an error) within ``timeout`` seconds."""
@@ -104,16 +118,25 @@ class Reader:
             return message
         readable = self._readable(timeout)
         while readable and not self.closed:
-            chunk = os.read(self.fd, _CHUNK)
+            try:
+                chunk = os.read(self.fd, _CHUNK)
+            except BlockingIOError:  # taken by another reader of the same pipe (the verifier, through /proc)
+                break
             if not chunk:
                 self.closed = True
                 break
             self._buffer += chunk
+            self.last_read = time.monotonic()
             message = self._parse()
             if message is not None:
                 return message
             readable = self._readable(0)
         return self._parse()
+
+    @property
+    def received(self) -> int:
+        """Return the number of frames read whole."""
+        return self._seq
 
     def pending(self) -> int:
         """Return the number of bytes read that make no complete frame yet."""

@@ -46,7 +46,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
 
@@ -109,11 +108,41 @@ _MAX_MESSAGE = 1 << 30
 #: How long the child waits for the answer to a look, seconds: judging takes seconds at most, and an answer that
 #: never comes (the verifier read it, or took over the pipe that carried the look) must not hang the run.
 _ANSWER_WAIT = 600.0
+def _await_answer(answers: frames.Reader, answered: Any) -> Any:
+    """In the child: return the answer to the look just sent; raise _CutOff when it cannot come.
+
+    ``answered`` counts the answers the supervisor wrote whole (shared memory): one it wrote that
+    has not come within ``guard.GRACE`` was read out of the pipe by the verifier; bytes that are
+    no frame of the supervisor's were written into it. Without an answer the wait ends at
+    ``_ANSWER_WAIT``.
+    """
+    start = time.monotonic()
+    written_at: float | None = None
+    while True:
+        try:
+            judged = answers.next(0.2)
+        except (frames.Corrupt, OSError) as exc:  # bytes of the verifier's, or a pipe it closed or replaced
+            raise _CutOff(f"the answer to a look could not be read ({type(exc).__name__}: {exc})") from None
+        if judged is not None:
+            return judged
+        now = time.monotonic()
+        if answered.value > answers.received:
+            written_at = now if written_at is None else written_at
+            if now - max(written_at, answers.last_read) > guard.GRACE:
+                raise _CutOff("the supervisor answered a look and the answer never came (read out of the pipe)")
+        if answers.closed:
+            raise _CutOff("the pipe of the answers was closed")
+        if now - start > _ANSWER_WAIT:
+            raise _CutOff(f"no answer to a look within {_ANSWER_WAIT:g} s")
+
+
 def _idle_limit(timeout: float) -> float:
     """Return how long the child may go without a message or a verifier call, seconds (``--timeout`` is set)."""
     return max(300.0, 2 * timeout)
 
 
+#: How long the supervisor waits for room in the answers' pipe, seconds (an answer is a few KB; the child reads it).
+_ANSWER_ROOM = 30.0
 #: The child's exit code when its pipes to the supervisor are cut (the verifier closed or replaced them).
 _CUT_OFF = 86
 
@@ -260,6 +289,7 @@ class _Supervisor:
         self._exitcode: int | None = None  # how the last child ended
         self._loading_since: float | None = None  # when the child started loading the target (None: bound)
         self._heard = time.monotonic()  # when the child's last message came (or the supervisor last answered it)
+        self._sent: Any = None  # the frames the current child wrote whole (shared memory)
         self._warming: threading.Thread | None = None  # imports _JUDGING (+ _FINISHING) while the first child measures
 
     def close(self) -> None:
@@ -282,7 +312,8 @@ class _Supervisor:
 
     # --- the child ---------------------------------------------------------------------------
 
-    def _child(self, out: frames.Writer, answers: Connection, theirs: tuple[int, Connection], jobs: list[_Job]) -> None:
+    def _child(self, out: frames.Writer, answers: frames.Reader, answered: Any, theirs: tuple[int, int],
+               jobs: list[_Job]) -> None:
         """Load and bind the target, measure ``jobs`` and send each result as a frame through ``out``; never returns.
 
         ``theirs`` are the supervisor's ends of the two pipes (the results' read end, the answers'
@@ -291,7 +322,7 @@ class _Supervisor:
         """
         me = os.getpid()
         os.close(theirs[0])
-        theirs[1].close()
+        os.close(theirs[1])
 
         def send(message: tuple) -> None:
             if os.getpid() != me:  # a copy the verifier forked must not speak for the run
@@ -311,14 +342,7 @@ class _Supervisor:
 
             def judge(unit: int, measured: Measured, looks: int, final: bool) -> Judged:
                 send(("look", (call, unit), measured, looks, final))
-                try:
-                    if not answers.poll(_ANSWER_WAIT):
-                        raise _CutOff(f"no answer to a look within {_ANSWER_WAIT:g} s")
-                    judged = answers.recv()
-                except _CutOff:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a closed, replaced or read-from pipe: EOFError, OSError, pickle's
-                    raise _CutOff(f"the answer to a look could not be read ({type(exc).__name__}: {exc})") from None
+                judged = _await_answer(answers, answered)
                 if not isinstance(judged, Judged):  # the supervisor never sends anything else
                     raise _CutOff(f"the answer to a look was a {type(judged).__name__}")
                 return judged
@@ -416,8 +440,14 @@ class _Supervisor:
         ctx = mp.get_context("fork")
         mine, out = os.pipe()  # the child's framed messages (frames.Reader)
         key = frames.new_key()  # this child's: a frame the verifier lays out without it is refused
-        answers, answer = ctx.Pipe(duplex=False)  # the judge's decisions, back to the child
-        child = ctx.Process(target=self._child, args=(frames.Writer(out, key), answers, (mine, answer), jobs), daemon=False)
+        sent, answered = ctx.RawValue("q", 0), ctx.RawValue("q", 0)  # frames the child wrote; answers this process sent
+        hear, answer = os.pipe()  # the judge's decisions, back to the child, framed the same way
+        told = frames.new_key()  # the answers' own key: a frame of the child's is no answer
+        answers = frames.Reader(hear, told, _MAX_MESSAGE)
+        child = ctx.Process(target=self._child, args=(frames.Writer(out, key, sent), answers, answered, (mine, answer), jobs),
+                            daemon=False)
+        reply = frames.Writer(answer, told, answered)
+        os.set_blocking(answer, False)  # a pipe the verifier fills (through /proc) must not stall this process
         for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
             self.board.stamps[slot] = 0.0
         self.settle()
@@ -428,8 +458,9 @@ class _Supervisor:
             opening()
         self._warm()
         os.close(out)
-        answers.close()
+        os.close(hear)
         recv = frames.Reader(mine, key, _MAX_MESSAGE)
+        self._sent = sent
         judge = Judge(self.settings, self.stop_level)  # decides the child's looks, keyed (run_scenarios call, unit)
         current: _Job | None = None
         measured: set[int] = set()  # jobs this child sent a result of
@@ -457,8 +488,13 @@ class _Supervisor:
                 elif kind == "look":
                     self.settle()  # one thread imports at a time (the judge's scipy may still be on its way)
                     decided = judge(*message[1:])
-                    with contextlib.suppress(OSError):  # the child died meanwhile (a thread of the verifier's): seen next
-                        answer.send(decided)
+                    try:
+                        reply.write(decided, within=_ANSWER_ROOM)
+                    except TimeoutError:  # the child does not take it: the verifier filled the pipe
+                        killed = self._refuse(child, "its answers' pipe was full", heard=False)
+                        break
+                    except OSError:  # the child died meanwhile (a thread of the verifier's): seen next
+                        pass
                     self._heard = time.monotonic()  # the child's clock starts again with the answer
                 elif kind == "progress":
                     if self.progress is not None:
@@ -484,7 +520,7 @@ class _Supervisor:
         finally:
             self._end(child)
             os.close(mine)
-            answer.close()
+            os.close(answer)
         if finished:
             return None
         dump = _dump(self.errfile)
@@ -505,6 +541,7 @@ class _Supervisor:
         """Return the child's next message, or None once it has ended (or been killed past the timeout, or corrupted its pipe)."""
         self._killed = None
         closed_at: float | None = None
+        missing_since: float | None = None  # since when the child counts more frames written than came
         while True:
             message = self._read(recv, child, _POLL)
             if message is not None or self._killed is not None:
@@ -515,6 +552,16 @@ class _Supervisor:
                 closed_at = time.monotonic() if closed_at is None else closed_at
             if not child.is_alive():
                 return self._read(recv, child, 0)  # what it sent before it died
+            now = time.monotonic()
+            missing_since = (now if missing_since is None else missing_since) if self._sent.value > recv.received else None
+            if missing_since is not None and now - max(missing_since, recv.last_read) > guard.GRACE:
+                # the child wrote a frame whole that has not come for GRACE s: something else read it out of the pipe
+                self._kill_group(child)
+                child.join()
+                self._killed = (DIED, "the supervisor could not read the child's messages: a message the child sent "
+                                      "never came (the verifier read it out of the pipe between them, or closed or "
+                                      "replaced that pipe)")
+                return None
             if closed_at is not None and time.monotonic() - closed_at > guard.GRACE:  # alive, and it can no longer speak
                 self._kill_group(child)
                 child.join()

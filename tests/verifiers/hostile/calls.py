@@ -200,6 +200,33 @@ def _close(fds):
             continue
 
 
+def _read_away(fds):
+    """Start, once, a thread per descriptor of ``fds`` that reads whatever comes into it (blocking), and drops it."""
+    import threading
+
+    if getattr(_read_away, "started", False):
+        return
+    _read_away.started = True
+
+    def drain(fd):
+        while True:
+            try:
+                if not os.read(fd, 1 << 16):
+                    return
+            except OSError:
+                return
+
+    for fd in fds:
+        threading.Thread(target=drain, args=(fd,), daemon=True).start()
+
+
+def _readers_of(fds):
+    """Open each of ``fds`` (pipe write ends) again for reading, through /proc/self/fd (Linux)."""
+    return [os.open(f"/proc/self/fd/{fd}", os.O_RDONLY) for fd in fds]
+
+
+answers_read_away = _hostile(lambda: _read_away(_pipe_ends(os.O_RDONLY)))  # the supervisor's answers, stolen
+results_read_away = _hostile(lambda: _read_away(_readers_of(_pipe_ends(os.O_WRONLY))))  # the child's messages, stolen
 pipes_read_ends_closed = _hostile(lambda: _close(_pipe_ends(os.O_RDONLY)))  # the answers' pipe among them
 pipes_write_ends_on_devnull = _hostile(lambda: _onto_devnull(_pipe_ends(os.O_WRONLY), os.O_WRONLY))  # the results' pipe
 descriptors_closed = _hostile(lambda: _close(range(3, 256)))  # every pipe, file and socket the process holds
