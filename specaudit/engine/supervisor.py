@@ -108,6 +108,8 @@ _MAX_MESSAGE = 1 << 30
 #: How long the child waits for the answer to a look, seconds: judging takes seconds at most, and an answer that
 #: never comes (the verifier read it, or took over the pipe that carried the look) must not hang the run.
 _ANSWER_WAIT = 600.0
+
+
 def _await_answer(answers: frames.Reader, answered: Any) -> Any:
     """In the child: return the answer to the look just sent; raise _CutOff when it cannot come.
 
@@ -181,9 +183,19 @@ def _raised_by_the_verifier(exc: BaseException) -> bool:
         tb = tb.tb_next
     where = os.path.realpath(tb.tb_frame.f_code.co_filename)
     paths = sysconfig.get_paths()
-    ours = [os.path.dirname(os.path.realpath(adapters.__file__ or "")).rsplit(os.sep, 1)[0],
+    ours = [str(Path(adapters.__file__ or "").resolve().parents[1]),  # the specaudit package
             *(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib"))]
     return not where.startswith("<") and not any(where.startswith(root + os.sep) for root in ours)
+
+
+def _unread(why: str) -> str:
+    """Return the ERROR message of a child whose pipe holds what is no message of its own (``why``)."""
+    return f"the supervisor could not read the child's messages: the verifier wrote into the pipe between them ({why[:200]})"
+
+
+def _unheard(why: str) -> str:
+    """Return the ERROR message of a child that could not hear the supervisor's answers (``why``)."""
+    return f"the child could not hear the supervisor ({why[:200]}): the verifier closed, replaced or read the pipe of its answers"
 
 
 def _in_group(pid: int, group: int) -> bool:
@@ -388,8 +400,9 @@ class _Supervisor:
                 send(("result", job.index, result))
             send(("done",))
         except _CutOff as exc:  # the verifier closed, replaced or read the answers' pipe
-            send(("cut-off", str(exc)))
             code = _CUT_OFF
+            with contextlib.suppress(BaseException):
+                send(("cut-off", str(exc)))
         except SpecauditError as exc:  # the run cannot go on as asked (Ray cannot start, say): the user's to fix
             with contextlib.suppress(BaseException):
                 send(("error", type(exc).__name__, str(exc), int(exc.exit_code)))
@@ -476,7 +489,7 @@ class _Supervisor:
                     break
                 why = _out_of_turn(message, jobs, current, measured, bound=bound)
                 if why is not None:  # a frame that checks but is no message of the child's: the verifier wrote it
-                    killed = self._refuse(child, why)
+                    killed = self._refuse(child, _unread(why))
                     break
                 kind = message[0]
                 if kind == "bound":
@@ -491,7 +504,7 @@ class _Supervisor:
                     try:
                         reply.write(decided, within=_ANSWER_ROOM)
                     except TimeoutError:  # the child does not take it: the verifier filled the pipe
-                        killed = self._refuse(child, "its answers' pipe was full", heard=False)
+                        killed = self._refuse(child, _unheard("its answers' pipe was full"))
                         break
                     except OSError:  # the child died meanwhile (a thread of the verifier's): seen next
                         pass
@@ -506,13 +519,13 @@ class _Supervisor:
                 elif kind == "done":
                     finished = True
                 elif kind == "cut-off":
-                    killed = self._refuse(child, message[1], heard=False)
+                    killed = self._refuse(child, _unheard(message[1]))
                     break
                 elif kind == "error":
                     if again or message[3] not in (ExitCode.USAGE_ERROR, ExitCode.NO_SCENARIOS):
                         # the target loaded once and not again, or an error that is no input's (exit 0 from a signal
                         # handler of the verifier's): the scenario's ERROR, and the run goes on
-                        killed = self._refuse(child, f"{message[1]}: {message[2]}", heard=None)
+                        killed = self._refuse(child, f"the child stopped on {message[1]}: {message[2]}"[:400])
                         break
                     raise _loading_error(message[1], message[2], message[3])
                 elif kind == "internal":
@@ -556,17 +569,13 @@ class _Supervisor:
             missing_since = (now if missing_since is None else missing_since) if self._sent.value > recv.received else None
             if missing_since is not None and now - max(missing_since, recv.last_read) > guard.GRACE:
                 # the child wrote a frame whole that has not come for GRACE s: something else read it out of the pipe
-                self._kill_group(child)
-                child.join()
-                self._killed = (DIED, "the supervisor could not read the child's messages: a message the child sent "
-                                      "never came (the verifier read it out of the pipe between them, or closed or "
-                                      "replaced that pipe)")
+                self._killed = self._refuse(child, "the supervisor could not read the child's messages: a message the "
+                                            "child sent never came (the verifier read it out of the pipe between them, "
+                                            "or closed or replaced that pipe)")
                 return None
-            if closed_at is not None and time.monotonic() - closed_at > guard.GRACE:  # alive, and it can no longer speak
-                self._kill_group(child)
-                child.join()
-                self._killed = (DIED, "the supervisor could not read the child's messages: the verifier closed or "
-                                      "replaced the pipe between them, and the child went on without it")
+            if closed_at is not None and now - closed_at > guard.GRACE:  # alive, and it can no longer speak
+                self._killed = self._refuse(child, "the supervisor could not read the child's messages: the verifier "
+                                            "closed or replaced the pipe between them, and the child went on without it")
                 return None
             late = self._overdue()
             if late is not None:
@@ -602,25 +611,14 @@ class _Supervisor:
             if message is None or (isinstance(message, tuple) and message):  # its kind and place: _out_of_turn
                 return message
             what = f"a message of type {type(message).__name__}"
-        self._killed = self._refuse(child, what)
+        self._killed = self._refuse(child, _unread(what))
         return None
 
-    def _refuse(self, child: Any, why: str, *, heard: bool | None = True) -> tuple[str, str]:
-        """Kill ``child``; return the (kind, message) of its scenario's ERROR.
-
-        ``heard``: True, the pipe of the child's messages holds what is no message of its own;
-        False, the child could not hear the supervisor's answers; None, the child stopped on an
-        error (``why``) that ends a scenario, not the run.
-        """
+    def _refuse(self, child: Any, message: str) -> tuple[str, str]:
+        """Kill ``child`` and its group; return the (kind, message) of its scenario's ERROR (a death the verifier caused)."""
         self._kill_group(child)
         child.join()
-        if heard is None:
-            return DIED, f"the child stopped on {why[:300]}"
-        if heard:
-            return DIED, ("the supervisor could not read the child's messages: the verifier wrote into the pipe between "
-                          f"them ({why[:200]})")
-        return DIED, (f"the child could not hear the supervisor ({why[:200]}): the verifier closed, replaced or read "
-                      "the pipe of its answers")
+        return DIED, message
 
     def _overdue(self) -> tuple[str, str] | None:
         """Return (kind, message) when a watched call must be ended, else None.
