@@ -58,18 +58,21 @@ _WATCH: list[Any] = [0, None, 0, None]
 
 
 class Board:
-    """Shared memory a supervisor reads without messages: per slot, the start of the running call and its pid.
+    """Shared memory a supervisor reads without messages: per slot, the start of the running call, its pid and its scenario.
 
     Slot 0 is the supervised process itself; forked block workers (``--jobs N``) claim slots
     1.. (:func:`claim`). A stamp is ``time.monotonic()`` at the start of a timed call, minus the
     time its last call ended while none runs, 0.0 before the first; ``monotonic`` is one
-    system-wide clock on Linux, so the parent can read it.
+    system-wide clock on Linux, so the parent can read it. ``scenarios[slot]`` is the ``tag`` of
+    the last call's :func:`guarded` wrapper (the run's index of its scenario; -1 untagged): with
+    several scenarios in flight it tells which one a call past the timeout belongs to.
     """
 
     def __init__(self, slots: int):
         ctx = mp.get_context("fork")
         self.stamps: Any = ctx.Array("d", slots, lock=False)
         self.pids: Any = ctx.Array("i", slots, lock=False)
+        self.scenarios: Any = ctx.Array("i", [-1] * slots, lock=False)
         self.next: Any = ctx.Value("i", 1)
 
     def reset(self) -> None:
@@ -79,6 +82,7 @@ class Board:
         for slot in range(1, len(self.stamps)):
             self.stamps[slot] = 0.0
             self.pids[slot] = 0
+            self.scenarios[slot] = -1
 
 
 def board() -> Board | None:
@@ -86,14 +90,14 @@ def board() -> Board | None:
     return cast("Board | None", _WATCH[3])
 
 
-def _watched() -> tuple[int, Any, int]:
-    """Return ``(pid, stamps, slot)`` of this process's clock slot (stamps None when unwatched).
+def _watched() -> tuple[int, Any, int, Any]:
+    """Return ``(pid, stamps, slot, scenarios)`` of this process's clock slot (stamps None when unwatched).
 
     A function, not the global itself, in the wrapper of `guarded`: the wrapper is pickled by
     value (``--backend ray`` ships it), and a module function travels by reference where the
     shared-memory board cannot travel at all.
     """
-    return _WATCH[0], _WATCH[1], _WATCH[2]
+    return _WATCH[0], _WATCH[1], _WATCH[2], None if _WATCH[3] is None else _WATCH[3].scenarios
 
 
 def claim() -> None:
@@ -233,7 +237,7 @@ def _stopped_at(where: str) -> str:
     return f" at {found[-1][0]}:{found[-1][1]} in {found[-1][2]}" if found else ""
 
 
-def guarded(verify: _Call, timeout: float | None = None) -> _Call:
+def guarded(verify: _Call, timeout: float | None = None, tag: int = -1) -> _Call:
     """Wrap ``verify`` so that anything it raises becomes a VerifierCrash carrying the user's frames.
 
     With ``timeout`` (seconds, > 0) a call that runs longer is stopped with VerifierTimeout: a
@@ -242,7 +246,8 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
     Limitations: the timer works only in the main thread of a POSIX process (elsewhere calls run
     unguarded by time, with no error), and a call stuck inside C code that never returns to the
     interpreter (a blocking kernel sync, a long C loop) is stopped only when it next does;
-    ``time.sleep`` and Python loops stop at once.
+    ``time.sleep`` and Python loops stop at once. A watched process writes ``tag`` beside each
+    timed call's start time (:class:`Board`).
     """
 
     def crash(exc: BaseException) -> VerifierCrash | ContractError:
@@ -288,8 +293,9 @@ def guarded(verify: _Call, timeout: float | None = None) -> _Call:
         previous = _signal.signal(alarm, on_alarm)
         outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
         t0 = time.monotonic()
-        pid, stamps, slot = _watched()
+        pid, stamps, slot, scenarios = _watched()
         if stamps is not None:
+            scenarios[slot] = tag  # first: a call past the timeout is charged to its own scenario
             stamps[slot] = t0  # the supervisor kills a call older than timeout + grace
         try:
             try:

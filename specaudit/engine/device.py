@@ -36,8 +36,10 @@ def _same(a: str, b: str) -> bool:
     return a.replace("cuda:0", "cuda") == b.replace("cuda:0", "cuda")
 
 
-def tensor_path(verify: Callable[..., Any], spec: Any, settings: RunSettings) -> TensorCall | None:
+def tensor_path(verify: Callable[..., Any], spec: Any, settings: RunSettings, tag: int = -1) -> TensorCall | None:
     """Return the guarded tensor call a scenario is simulated with on the device, or None for the host path.
+
+    ``tag``: the scenario's index in the run, written beside each call's start (:func:`guarded`).
 
     Raises UsageError when the device path is asked for a run it cannot serve (a CUDA device with
     ``--jobs`` > 1, a verifier whose tensors are on another device than ``--device``). Tree
@@ -69,4 +71,4 @@ def tensor_path(verify: Callable[..., Any], spec: Any, settings: RunSettings) ->
     if call.device.startswith("cuda") and settings.jobs > 1:
         raise UsageError(f"{where} runs its blocks in one process (a CUDA context does not survive a fork); "
                          "use --jobs 1")
-    return TensorCall(guarded(call.call, settings.timeout), call.device, call.dtype)
+    return TensorCall(guarded(call.call, settings.timeout, tag), call.device, call.dtype)

@@ -260,6 +260,8 @@ def measure_units(
     address: str | None = None,
     timeout: float | None = None,
     progress: Progress | None = None,
+    started: Callable[[int], None] | None = None,
+    doubt: Callable[[list[int]], None] | None = None,
 ) -> Iterator[tuple[int, Outcome]]:
     """Measure every unit's blocks; yield ``(index, Outcome)`` as each unit finishes.
 
@@ -268,7 +270,9 @@ def measure_units(
     stop the unit there. ``progress(scenario, sequences_done, sequences_planned)`` follows
     finished blocks (jobs = 1: finished batches). A unit whose block errs stops scheduling
     blocks; its error is its outcome. ``timeout`` (``--timeout``) bounds a verifier call on Ray
-    workers, which no supervisor watches.
+    workers, which no supervisor watches. ``started(index)`` is called once per unit, before its
+    first block is submitted (or before it is yielded, holding no block); ``doubt(indices)`` when a
+    worker died with blocks of several units in flight, before they are charged with it.
     """
     n = len(units)
     merged: list[Tally] = [u.bench.empty() for u in units]
@@ -277,6 +281,13 @@ def measure_units(
     sent = [0] * n  # blocks submitted
     look_at = [0] * n  # index of the next look
     done = [False] * n
+    begun = [False] * n
+
+    def begin(i: int) -> None:
+        if started is not None and not begun[i]:
+            started(i)
+        begun[i] = True
+
     for i, u in enumerate(units):  # a unit with no blocks (a shard that holds none of them)
         if not u.blocks:
             done[i] = True
@@ -293,12 +304,16 @@ def measure_units(
     def lost(i: int) -> Iterator[tuple[int, Outcome]]:
         """A worker died (os._exit, a signal): unit ``i`` and every unit with blocks in flight may be the one.
 
-        Each is an ERROR, never a pass; the pool is replaced for the units that go on.
+        Each is an ERROR, never a pass; the pool is replaced for the units that go on. With
+        several units in flight, ``doubt`` hears of them first (a supervised child ends there,
+        and its supervisor measures them again one at a time).
         """
         nonlocal ex
         hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
         pending.clear()
         ex.close()
+        if len(hit) > 1 and doubt is not None:
+            doubt(hit)
         ex = _executor(units, jobs, backend, address, timeout)
         for j in hit:
             done[j] = True
@@ -306,12 +321,14 @@ def measure_units(
     try:
         for i in range(n):
             if done[i]:
+                begin(i)
                 yield i, Outcome(merged[i])
         while True:
             # fill the free slots, earliest scenario first, each only up to its next look
             try:
                 for i, u in enumerate(units):
                     while not done[i] and len(pending) < ex.slots and sent[i] < u.looks[look_at[i]]:
+                        begin(i)
                         pos = sent[i]
                         sent[i] += 1
                         fut = ex.submit(i, u, u.blocks[pos], tick(i))

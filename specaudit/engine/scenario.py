@@ -54,6 +54,7 @@ class Task(NamedTuple):
     loaded: LoadedScenario
     seed: int
     samples: int | None = None  # overrides the scenario's
+    place: int = -1  # the scenario's index in the run: its calls are tagged with it on a supervisor's board
 
 
 def memory_limit() -> int | None:
@@ -228,7 +229,7 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
     """Run the exact probes of an exact-mode scenario; a crash or hang becomes the result's error."""
     t0 = time.perf_counter()
     run = bad_rows.run_bad_rows if bad_rows.applies(spec) else probes.run_exact  # tag bad-rows: NaN / inf / zero rows
-    verify = guarded(task.verify, settings.timeout)
+    verify = guarded(task.verify, settings.timeout, task.place)
     done = run(verify, spec, task.seed, settings.gate_efficiency, settings.contract)
     if seeded.applies(spec) and done.error is None:  # tag seeded: per-request generators
         done = done.joined(seeded.run_seeded(verify, spec, task.seed, settings.gate_efficiency, settings.contract))
@@ -307,14 +308,19 @@ def run_scenarios(
     progress: Progress | None = None,
     on_result: Callable[[ScenarioResult], None] | None = None,
     judge: Judging | None = None,
+    on_start: Callable[[int], None] | None = None,
+    doubt: Callable[[list[int]], None] | None = None,
 ) -> list[ScenarioResult]:
     """Measure and check ``tasks``; return their results in task order.
 
     ``stop_level``: early stop, a gating sequential p-value at or below it ends a scenario
     (:meth:`RunSettings.stop_level`). ``on_result`` gets each result in task order as soon as it
     and all before it are done. ``judge`` decides each look (default: a :class:`Judge` here; a
-    supervised child passes one that asks its supervisor). A verifier crash, hang or contract breach makes its scenario an
-    ERROR result; the other scenarios go on.
+    supervised child passes one that asks its supervisor). ``on_start(t)`` is called once per task, before
+    the verifier is first called for it: with ``--jobs N`` the blocks of several tasks are in flight
+    at once (the next task's start while the last blocks and the probes of one run), and ``doubt(tasks)`` hears
+    of the tasks a worker died beside, before each is charged with its death. A verifier crash, hang or contract
+    breach makes its scenario an ERROR result; the other scenarios go on.
     """
     slots: list[ScenarioResult | None] = [None] * len(tasks)
     released = 0
@@ -340,11 +346,14 @@ def run_scenarios(
         if settings.batch is not None:  # --batch: rows per verifier call (a slow verifier inside --timeout)
             spec = spec.model_copy(update={"batch": settings.batch})
         if spec.mode == "exact":  # exact probes, no simulation (specaudit.checks.probes)
+            if on_start is not None:
+                on_start(t)
             slots[t] = _probe(task, spec, settings)
             continue
-        verify = guarded(task.verify, settings.timeout)
+        verify = guarded(task.verify, settings.timeout, task.place)
         verifies.append(verify)
-        bench = Bench(verify, spec, settings.contract, settings.max_memory, tensor_path(task.verify, spec, settings))
+        bench = Bench(verify, spec, settings.contract, settings.max_memory,
+                      tensor_path(task.verify, spec, settings, task.place))
         blocks = shard_blocks(bench.blocks, settings.shard)
         looks = sequential.look_schedule(len(blocks)) if stop_level is not None else []
         units.append(Unit(bench, task.seed, blocks, looks))
@@ -363,8 +372,17 @@ def run_scenarios(
         eval_seconds[i] += time.perf_counter() - t0
         return judged.stop
 
+    def started(i: int) -> None:
+        if on_start is not None:
+            on_start(where[i])
+
+    def doubted(hit: list[int]) -> None:
+        if doubt is not None:
+            doubt([where[i] for i in hit])
+
     for i, outcome in measure_units(units, look, jobs=settings.jobs, backend=settings.backend,
-                                    address=settings.address, timeout=settings.timeout, progress=progress):
+                                    address=settings.address, timeout=settings.timeout, progress=progress,
+                                    started=started, doubt=doubted):
         t = where[i]
         task, spec, tally = tasks[t], specs[i], outcome.tally
         probe = probes.ExactOutcome(())

@@ -7,11 +7,15 @@ child with its scenario an ERROR, never a green run or an exception in the super
 
 from __future__ import annotations
 
+import dataclasses
+import types
+from typing import Any
+
 import pytest
 
 from specaudit.checks.statistical import Measured
 from specaudit.engine.supervisor import _Job, _out_of_turn
-from specaudit.results import ScenarioResult
+from specaudit.results import ErrorInfo, ScenarioResult
 
 JOBS = [_Job(0), _Job(1)]
 
@@ -26,34 +30,158 @@ def _measured() -> Measured:
 
 def test_the_childs_own_sequence_passes():
     measured: set[int] = set()
-    assert _out_of_turn(("bound", "t:verify", None), JOBS, None, measured, bound=False) is None
-    for job in JOBS:
-        assert _out_of_turn(("start", job.index), JOBS, None, measured, bound=True) is None
-        assert _out_of_turn(("progress", "s", 1, 2), JOBS, job, measured, bound=True) is None
-        assert _out_of_turn(("look", (0, 0), _measured(), 3, False), JOBS, job, measured, bound=True) is None
-        assert _out_of_turn(("result", job.index, _result()), JOBS, job, measured, bound=True) is None
+    started: list[int] = []
+    assert _out_of_turn(("bound", "t:verify", None), JOBS, started, measured, bound=False) is None
+    for job in JOBS:  # one after the other (--jobs 1)
+        assert _out_of_turn(("start", job.index), JOBS, started, measured, bound=True) is None
+        started.append(job.index)
+        assert _out_of_turn(("progress", "s", 1, 2), JOBS, started, measured, bound=True) is None
+        assert _out_of_turn(("look", (0, 0), _measured(), 3, False), JOBS, started, measured, bound=True) is None
+        assert _out_of_turn(("result", job.index, _result()), JOBS, started, measured, bound=True) is None
         measured.add(job.index)
-    assert _out_of_turn(("done",), JOBS, None, measured, bound=True) is None
-    assert _out_of_turn(("error", "UsageError", "no", 4), JOBS, None, measured, bound=False) is None
-    assert _out_of_turn(("internal", "KeyError", "tb"), JOBS, JOBS[0], measured, bound=True) is None
+    assert _out_of_turn(("done",), JOBS, started, measured, bound=True) is None
+    assert _out_of_turn(("error", "UsageError", "no", 4), JOBS, [], set(), bound=False) is None
+    assert _out_of_turn(("internal", "KeyError", "tb"), JOBS, [0], set(), bound=True) is None
 
 
-@pytest.mark.parametrize("message, current, measured, bound, why", [
-    (("done",), JOBS[1], {0}, True, "'done' with 1 scenario(s) unmeasured"),
-    (("done",), None, {0}, True, "'done' with 1 scenario(s) unmeasured"),
-    (("start", 0), None, {0}, True, "a 'start' of scenario 0 out of turn"),
-    (("start", 5), None, set(), True, "a 'start' of scenario 5 out of turn"),
-    (("start", 1), JOBS[0], set(), True, "a 'start' of scenario 1 out of turn"),
-    (("look", None), JOBS[0], set(), True, "a 'look' out of turn or malformed"),
-    (("look", (0, 0), _measured(), 3, False), None, set(), True, "a 'look' out of turn or malformed"),
-    (("result", 1, _result()), JOBS[0], set(), True, "a 'result' out of turn or malformed"),
-    (("result", 0, "x"), JOBS[0], set(), True, "a 'result' out of turn or malformed"),
-    (("bound", "t", None), None, set(), True, "a 'bound' message out of turn"),
-    (("bound", object, 5), None, set(), False, "a 'bound' message out of turn"),
-    (("start", 0), None, set(), False, "a 'start' message before the target was bound"),
-    (("error", "E", "m", "4"), None, set(), True, "a malformed 'error' message"),
-    (("progress", "s", "1", 2), JOBS[0], set(), True, "a malformed 'progress' message"),
-    (("hello",), None, set(), True, "a message of kind 'hello'"),
+def test_scenarios_in_flight_together_pass():
+    """--jobs N: the next scenario starts beside the last blocks of one, and the results still come in job order."""
+    jobs = [_Job(3), _Job(4), _Job(7)]
+    steps = [("start", 7), ("start", 3), ("look", (0, 2), _measured(), 1, True), ("start", 4),
+             ("result", 3, _result()), ("look", (0, 1), _measured(), 1, True), ("result", 4, _result()),
+             ("result", 7, _result()), ("done",)]
+    assert _out_of_turn(("doubt", [3, 4]), jobs, [7, 3, 4], set(), bound=True) is None
+    started: list[int] = []
+    measured: set[int] = set()
+    for message in steps:
+        assert _out_of_turn(message, jobs, started, measured, bound=True) is None, message
+        if message[0] == "start":
+            started.append(message[1])
+        if message[0] == "result":
+            measured.add(message[1])
+
+
+@pytest.mark.parametrize("message, started, measured, bound, why", [
+    (("done",), [0, 1], {0}, True, "'done' with 1 scenario(s) unmeasured"),
+    (("done",), [0], {0}, True, "'done' with 1 scenario(s) unmeasured"),
+    (("start", 0), [0], {0}, True, "a 'start' of scenario 0 out of turn"),
+    (("start", 0), [0], set(), True, "a 'start' of scenario 0 out of turn"),
+    (("start", 5), [], set(), True, "a 'start' of scenario 5 out of turn"),
+    (("look", None), [0], set(), True, "a 'look' out of turn or malformed"),
+    (("look", (0, 0), _measured(), 3, False), [], set(), True, "a 'look' out of turn or malformed"),
+    (("look", (0, 0), _measured(), 3, False), [0], {0}, True, "a 'look' out of turn or malformed"),
+    (("result", 1, _result()), [0, 1], set(), True, "a 'result' out of turn or malformed"),
+    (("result", 1, _result()), [0], {0}, True, "a 'result' out of turn or malformed"),
+    (("result", 0, "x"), [0], set(), True, "a 'result' out of turn or malformed"),
+    (("bound", "t", None), [], set(), True, "a 'bound' message out of turn"),
+    (("bound", object, 5), [], set(), False, "a 'bound' message out of turn"),
+    (("start", 0), [], set(), False, "a 'start' message before the target was bound"),
+    (("error", "E", "m", "4"), [], set(), True, "a malformed 'error' message"),
+    (("progress", "s", "1", 2), [0], set(), True, "a malformed 'progress' message"),
+    (("hello",), [], set(), True, "a message of kind 'hello'"),
+    (("doubt", [0]), [0, 1], set(), True, "a 'doubt' out of turn or malformed"),  # one scenario is no doubt
+    (("doubt", [0, 1]), [0], set(), True, "a 'doubt' out of turn or malformed"),  # 1 has not started
+    (("doubt", (0, 1)), [0, 1], set(), True, "a 'doubt' out of turn or malformed"),
 ])
-def test_a_message_out_of_turn_or_malformed_says_why(message, current, measured, bound, why):
-    assert _out_of_turn(message, JOBS, current, measured, bound=bound) == why
+def test_a_message_out_of_turn_or_malformed_says_why(message, started, measured, bound, why):
+    assert _out_of_turn(message, JOBS, started, measured, bound=bound) == why
+
+
+def _supervisor(slots: int = 3) -> Any:
+    from specaudit.engine import supervisor
+    from specaudit.engine.settings import RunSettings
+
+    loaded = [types.SimpleNamespace(spec=types.SimpleNamespace(name=name)) for name in "abc"]
+    return supervisor._Supervisor("specaudit.reference:verify", loaded, RunSettings(jobs=slots - 1), None)
+
+
+def _scripted(sup: Any, script: list[Any]) -> list[list[int]]:
+    """Make ``sup`` run scripted children: each step is (results it sends, what it returns); return each child's jobs."""
+    children: list[list[int]] = []
+
+    def one_child(jobs: list[_Job], on_result: Any) -> Any:
+        children.append([j.index for j in jobs])
+        sends, ended = script[len(children) - 1]
+        for index in sends:
+            on_result(index, _named(f"result of {index}"))
+        if ended is None:
+            return None
+        return [j for j in jobs if j.index in ended], ErrorInfo("died", "it died")
+
+    sup._one_child = one_child
+    sup._base = lambda job: _named(f"base of {job.index}")
+    return children
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stub:
+    """A stand-in result: measure() only passes results on, or replaces their error."""
+
+    text: str
+    error: Any = None
+
+
+_named = _Stub
+
+
+def _seen(sup: Any, jobs: list[int]) -> list[tuple[int, str, str | None]]:
+    seen: list[tuple[int, str, str | None]] = []
+    try:
+        sup.measure([_Job(i) for i in jobs], lambda i, r: seen.append((i, r.text, r.error and r.error.message)))
+    finally:
+        sup.close()
+    return seen
+
+
+def test_results_pass_on_in_job_order_when_a_later_scenario_is_charged_first():
+    # --jobs 2: the child died in scenario 1's call while scenario 0 was still in flight; 0 is measured again,
+    # whole, in the next child, and the run sees 0, 1, 2 in that order
+    sup = _supervisor()
+    children = _scripted(sup, [([], [1]), ([0, 2], None)])
+    assert _seen(sup, [0, 1, 2]) == [(0, "result of 0", None), (1, "base of 1", "it died"), (2, "result of 2", None)]
+    assert children == [[0, 1, 2], [0, 2]]
+
+
+def test_a_death_two_scenarios_could_have_caused_is_charged_to_the_one_that_dies_again():
+    sup = _supervisor()
+    # the first child died with 0 and 1 in flight and no call to tell; one at a time, 0 passes and 1 dies again
+    children = _scripted(sup, [([], [0, 1]), ([0], [1]), ([2], None)])
+    assert _seen(sup, [0, 1, 2]) == [(0, "result of 0", None), (1, "base of 1", "it died"), (2, "result of 2", None)]
+    assert children == [[0, 1, 2], [0, 1, 2], [2]] and sup._alone
+
+
+def test_a_death_that_does_not_come_back_is_an_error_of_every_scenario_that_could_have_caused_it():
+    sup = _supervisor()
+    _scripted(sup, [([], [0, 1]), ([0, 1, 2], None)])
+    seen = _seen(sup, [0, 1, 2])
+    assert [(i, text) for i, text, _ in seen] == [(0, "result of 0"), (1, "result of 1"), (2, "result of 2")]
+    assert seen[0][2] == seen[1][2] == ("it died; measured again one scenario at a time, none of a, b died: the death "
+                                        "is not explained (an ERROR all the same)")
+    assert seen[2][2] is None
+
+
+def test_a_child_that_ends_charging_nothing_is_an_internal_error_not_a_loop():
+    from specaudit.engine import supervisor
+
+    sup = _supervisor()
+    sup._one_child = lambda jobs, on_result: None
+    try:
+        with pytest.raises(supervisor._Internal, match="none charged"):
+            sup.measure([_Job(0)], lambda i, r: None)
+    finally:
+        sup.close()
+
+
+@pytest.mark.parametrize("running, blamed, suspects", [
+    ([3, 7], [7], [7]),  # the call it died in, or was killed for
+    ([3, 7], [3, 3, 9], [3]),  # a scenario the verifier wrote on the board that is not running is ignored
+    ([3, 7], [3, 7], [3, 7]),  # calls of two scenarios: either could have
+    ([3, 7], [], [3, 7]),  # in no call: either could have
+    ([7], [], [7]),  # one running: that one
+    ([], [9], [3]),  # nothing started: the next one
+])
+def test_the_scenarios_a_child_may_have_died_on(running, blamed, suspects):
+    from specaudit.engine.supervisor import _suspects
+
+    left = [_Job(3), _Job(7), _Job(8)]
+    assert [j.index for j in _suspects(left, running, blamed)] == suspects
