@@ -530,7 +530,10 @@ def test_a_child_that_does_nothing_outside_any_call_is_that_scenarios_error(monk
 def test_a_pid_the_verifier_writes_into_the_call_board_is_never_signalled(tmp_path, name):
     # the board (start times and pids of running calls) is shared memory the verifier can write: the supervisor sent
     # its stack-dump SIGUSR1 to whatever pid it held, and died of it with the finished scenarios (exit 138)
-    _peaked_v8_error(tmp_path, f"{CALLS}:{name}", "--timeout", "5", start_new_session=True)
+    err = _peaked_v8_error(tmp_path, f"{CALLS}:{name}", "--timeout", "5", start_new_session=True)
+    # a start time no call of the child's made is the verifier's writing, not a call past the timeout ("killed after
+    # 21616 s" before)
+    assert err["kind"] == "died" and "wrote into the supervisor's call board" in err["message"], err
 
 
 def test_a_jobs_worker_that_dies_between_two_blocks_is_that_scenarios_error(tmp_path):

@@ -299,6 +299,7 @@ class _Supervisor:
         self._killed: tuple[str, str] | None = None  # (error kind, message): why the last child was killed
         self._dead_since: dict[int, float] = {}  # worker slots whose process was seen dead mid-call, and when
         self._late_slot = 0
+        self._born = 0.0  # when the current child was started (time.monotonic)
         self._blamed: list[int] = []  # scenarios of the calls a child's end is charged to (the board's tags)
         self._alone = False  # measure one scenario at a time (after a death two scenarios in flight could have caused)
         self._exitcode: int | None = None  # how the last child ended
@@ -554,6 +555,7 @@ class _Supervisor:
         for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
             self.board.stamps[slot] = 0.0
         self.settle()
+        self._born = time.monotonic()  # every call start on the board is later (the stamps were just cleared)
         child.start()
         self._loading_since = self._heard = time.monotonic()
         opening = getattr(self.progress, "open", None)  # optional: a reporter's imports, beside the child's (issue 20)
@@ -756,6 +758,9 @@ class _Supervisor:
                 self._dead_since.pop(slot, None)
                 continue
             self._late_slot = slot
+            if start < self._born or start > now + 1.0:  # no call of this child's started then: the verifier wrote it
+                return DIED, (f"the verifier wrote into the supervisor's call board (shared memory): slot {slot} holds "
+                              "a call start that no call of this child made")
             if slot > 0 and not _running(self.board.pids[slot]):
                 if now - self._dead_since.setdefault(slot, now) > 1.0:
                     return DIED, "a --jobs worker process died inside a verifier call"
