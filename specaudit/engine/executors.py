@@ -23,6 +23,7 @@ in the run's one shape, ``progress(scenario, done, total)`` (:data:`Progress`). 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -300,6 +301,7 @@ def measure_units(
 
     ex = _executor(units, jobs, backend, address, timeout)
     pending: dict[Future, tuple[int, int]] = {}
+    ending: dict[int, Outcome] = {}  # decided units whose blocks still run (``decided``)
 
     def lost(i: int) -> Iterator[tuple[int, Outcome]]:
         """A worker died (os._exit, a signal): unit ``i`` and every unit with blocks in flight may be the one.
@@ -309,7 +311,7 @@ def measure_units(
         and its supervisor measures them again one at a time).
         """
         nonlocal ex
-        hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j]})
+        hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j] and j not in ending})
         pending.clear()
         ex.close()
         if len(hit) > 1 and doubt is not None:
@@ -317,7 +319,20 @@ def measure_units(
         ex = _executor(units, jobs, backend, address, timeout)
         for j in hit:
             done[j] = True
+            ending.pop(j, None)
             yield j, Outcome(merged[j], _died(jobs, [units[m].name for m in hit], units[j].name), look_at[j])
+
+    def decided(i: int, outcome: Outcome) -> Iterator[tuple[int, Outcome]]:
+        """Unit ``i`` is decided (an error, its last look, a stop): yield it, once the blocks it has in flight end.
+
+        Those blocks are the verifier's calls for this unit: a fault in one of them (a crash, a
+        hang, a death) is still charged to it, not to a unit that runs after it.
+        """
+        done[i] = True
+        if any(j == i for j, _ in pending.values()):
+            ending[i] = outcome
+        else:
+            yield i, outcome
     try:
         for i in range(n):
             if done[i]:
@@ -345,23 +360,28 @@ def measure_units(
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for fut in sorted(finished, key=lambda f: pending[f]):
                 i, pos = pending.pop(fut)
-                if done[i]:
-                    continue  # a unit that already stopped or erred: its late blocks are dropped
+                if done[i] and i not in ending:
+                    continue  # a unit that died with its pool (lost): the rest of its blocks are dropped
                 try:
                     result = fut.result()
                 except Exception as exc:
                     if not ex.broken(exc):
                         raise
                     if isinstance(ex, _Ray):  # Ray: the dead worker held this task alone, and Ray replaces it
-                        done[i] = True
-                        yield i, Outcome(merged[i], ex.died(i, units[i].blocks[pos]), look_at[i])
+                        ending.pop(i, None)
+                        yield from decided(i, Outcome(merged[i], ex.died(i, units[i].blocks[pos]), look_at[i]))
                         continue
                     yield from lost(i)
                     break
+                if i in ending:  # a block left running when its unit was decided: only a fault in it counts
+                    if isinstance(result, BlockError) and ending[i].error is None:
+                        ending[i] = dataclasses.replace(ending[i], error=result.info)
+                    if not any(j == i for j, _ in pending.values()):
+                        yield i, ending.pop(i)
+                    continue
                 if isinstance(result, BlockError):
-                    done[i] = True
                     merged[i].seconds += result.seconds
-                    yield i, Outcome(merged[i], result.info, look_at[i])
+                    yield from decided(i, Outcome(merged[i], result.info, look_at[i]))
                     continue
                 received[i][pos] = result
                 while upto[i] in received[i]:
@@ -375,8 +395,7 @@ def measure_units(
                     stop = look(i, merged[i], final)
                     look_at[i] += 1
                     if final or stop:
-                        done[i] = True
-                        yield i, Outcome(merged[i], None, look_at[i], stopped=not final)
+                        yield from decided(i, Outcome(merged[i], None, look_at[i], stopped=not final))
     finally:
         ex.close()
 

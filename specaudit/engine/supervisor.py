@@ -478,8 +478,8 @@ class _Supervisor:
         call), or to the one scenario it had in flight; the others it had in flight are measured
         again, whole, in the next child. Where that cannot be told (--jobs N: the verifier killed
         the whole group while calls of two scenarios ran), those scenarios go on probation: the
-        next children measure one scenario at a time, the one that dies again is charged, and
-        if none does, each is an ERROR all the same (a death is never a pass).
+        next children measure one scenario at a time, the one that dies again (or errs) is
+        charged, and if none does, each is an ERROR all the same (a death is never a pass).
         """
         order = [j.index for j in jobs]
         got: dict[int, ScenarioResult] = {}
@@ -529,6 +529,11 @@ class _Supervisor:
                 else:
                     probation.update({j.index: info for j in suspects})
                     self._alone = True  # from now on one scenario at a time: a death then names its scenario
+            erred = next((i for i in probation if i in held and held[i].error is not None), None)
+            if erred is not None:  # measured alone it erred (a worker that died again, in its own pool): its own fault
+                del probation[erred]
+                record(erred, held.pop(erred))
+                settle(erred)
             if probation and all(i in held for i in probation):
                 settle(None)
             if (len(got), len(held), len(probation)) == before:  # every child that ends charges, suspects or finishes

@@ -102,8 +102,9 @@ def _scripted(sup: Any, script: list[Any]) -> list[list[int]]:
     def one_child(jobs: list[_Job], on_result: Any) -> Any:
         children.append([j.index for j in jobs])
         sends, ended = script[len(children) - 1]
-        for index in sends:
-            on_result(index, _named(f"result of {index}"))
+        for index in sends:  # an index, or (index, the error its result holds)
+            index, error = index if isinstance(index, tuple) else (index, None)
+            on_result(index, _named(f"result of {index}", error and ErrorInfo("died", error)))
         if ended is None:
             return None
         return [j for j in jobs if j.index in ended], ErrorInfo("died", "it died")
@@ -158,6 +159,16 @@ def test_a_death_that_does_not_come_back_is_an_error_of_every_scenario_that_coul
     assert seen[0][2] == seen[1][2] == ("it died; measured again one scenario at a time, none of a, b died: the death "
                                         "is not explained (an ERROR all the same)")
     assert seen[2][2] is None
+
+
+def test_a_scenario_on_probation_that_errs_measured_alone_is_charged_with_its_own_error():
+    # measured alone with --jobs 2, scenario 1's worker died again in its own pool: the child lives, and sends 1's
+    # result with that death (not a death of the child's); 1 is charged, 0 is clean (a helper's hostile pass: both
+    # were ERRORs, "none of a, b died")
+    sup = _supervisor()
+    _scripted(sup, [([], [0, 1]), ([0, (1, "its worker died again")], None), ([2], None)])
+    assert _seen(sup, [0, 1, 2]) == [(0, "result of 0", None), (1, "result of 1", "its worker died again"),
+                                     (2, "result of 2", None)]
 
 
 def test_a_child_that_ends_charging_nothing_is_an_internal_error_not_a_loop():
