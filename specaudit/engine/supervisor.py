@@ -424,9 +424,8 @@ class _Supervisor:
 
         With --jobs N, one `run_scenarios` call for them all: one pool of workers runs every
         scenario's blocks, the next scenario's beside the last blocks and the probes of one (a
-        pool per scenario left a core idle at each scenario's end: 1.45x for --jobs 2 on the
-        default suite, against 1.7x); every scenario's chains are built up front, as in an
-        unsupervised run. With --jobs 1 nothing runs beside anything, so each scenario has a
+        pool per scenario left a core idle at each scenario's end); every scenario's chains are
+        built up front, as in an unsupervised run. With --jobs 1 nothing runs beside anything, so each scenario has a
         call of its own and only its chains are held. A --jobs worker death is measured again
         with --jobs 1.
         """
@@ -497,15 +496,14 @@ class _Supervisor:
                 on_result(order[passed], got[order[passed]])
                 passed += 1
 
-        def settle(charged: int | None) -> None:
-            """End the probation: ``charged`` died again (the others are innocent), or None: none did."""
+        def settle(explained: bool) -> None:
+            """End the probation: one of its scenarios died again or erred (``explained``: the others are innocent),
+            or none did (each is an ERROR)."""
             names = ", ".join(self.loaded[i].spec.name for i in probation)
             cleared = dict(probation)
             probation.clear()
             for index, info in cleared.items():
-                if index == charged:
-                    continue
-                if charged is None:
+                if not explained:
                     note = (f"; measured again one scenario at a time, none of {names} died: the death is not explained "
                             "(an ERROR all the same)")
                     base = held.get(index) or self._base(next(j for j in jobs if j.index == index))
@@ -525,7 +523,7 @@ class _Supervisor:
                     probation.pop(culprit, None)
                     record(culprit, dataclasses.replace(self._base(suspects[0]), error=info))
                     if was_suspect:
-                        settle(culprit)
+                        settle(True)
                 else:
                     probation.update({j.index: info for j in suspects})
                     self._alone = True  # from now on one scenario at a time: a death then names its scenario
@@ -533,14 +531,14 @@ class _Supervisor:
             if erred is not None:  # measured alone it erred (a worker that died again, in its own pool): its own fault
                 del probation[erred]
                 record(erred, held.pop(erred))
-                settle(erred)
+                settle(True)
             if probation and all(i in held for i in probation):
-                settle(None)
+                settle(False)
             if (len(got), len(held), len(probation)) == before:  # every child that ends charges, suspects or finishes
                 raise _Internal(f"a child ended with {len(remaining)} scenario(s) left and none charged")
             remaining = [j for j in remaining if j.index not in got and j.index not in held]
         if probation:  # every scenario has a result, so none on probation is left without one
-            settle(None)
+            settle(False)
 
     def _one_child(self, jobs: list[_Job], on_result: Callable[[int, ScenarioResult], None]
                    ) -> tuple[list[_Job], ErrorInfo] | None:
