@@ -28,8 +28,9 @@
    "whole" counts it (the reference's inverse-CDF sampling included).
    The torch path (specaudit.simulate.device, --device cpu, the torch reference through the
    torch adapter) gets the same columns at ``--samples-torch`` sequences when it is importable.
-6. ``--jobs 2`` vs ``--jobs 1`` on the default suite (best of three alternating runs each, after a
-   warm-up), identical results checked; the load average is printed (the machine is shared).
+6. ``--jobs 2`` vs ``--jobs 1`` on the default suite, supervised as ``specaudit run`` runs it (best of three
+   alternating runs each, after a warm-up), identical results checked; the load average is printed (the machine is
+   shared). ``--jobs-only`` runs this section alone.
 7. The gate at real size: ``specaudit run <reference> -s llama3-v128k --samples N`` (the scenario
    ships with N = 20,000) and the ``resample_from_p`` mutant at N / 4, each in a child process:
    exit code, wall time beside the floor (valid bytes per sequence from 5 times N), peak RSS.
@@ -116,6 +117,13 @@ def jobs_speedup(samples: int | None, rounds: int) -> tuple[float, float, bool]:
         times[jobs].append(time.perf_counter() - t0)
         keys[jobs] = [(s.name, c.name, c.statistic, c.pvalue, c.status) for s in r.scenarios for c in s.checks]
     return min(times[1]), min(times[2]), keys[1] == keys[2]
+
+
+def jobs_line(samples: int | None, quick: bool) -> None:
+    """Print the --jobs 2 line: best of 3 alternating supervised runs each (1 with --quick), the load average at the end."""
+    one, two, same = jobs_speedup(samples, 1 if quick else 3)
+    print(f"default suite (load {os.getloadavg()[0]:.2f}): --jobs 1 {one:.2f} s, --jobs 2 {two:.2f} s, speed-up "
+          f"{one / two:.2f}x, identical results: {same}  (goal >= {JOBS_GOAL}x)")
 
 
 def child(cmd: list[str]) -> tuple[int, float, float, str]:
@@ -299,6 +307,7 @@ def main() -> None:
     parser.add_argument("--gate-samples", type=int, default=20000)
     parser.add_argument("--skip-gate", action="store_true")
     parser.add_argument("--zoo", action="store_true", help="samples to a verdict per distribution mutant (slow)")
+    parser.add_argument("--jobs-only", action="store_true", help="only the --jobs 2 line (section 6)")
     parser.add_argument("--child", nargs=4, metavar=("SCENARIO", "DTYPE", "SAMPLES", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -311,6 +320,9 @@ def main() -> None:
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)"
           + ("; --quick: small sizes, figures not comparable with the goals" if quick else ""))
 
+    if args.jobs_only:
+        jobs_line(small, quick)
+        return
     meas, whole = overhead(repeats, small)
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     path = "compiled simulator (C)" if kernels.load() is not None else "numpy simulator (C extension not built)"
@@ -337,10 +349,7 @@ def main() -> None:
                           50 if quick else args.samples_torch or args.samples_large, bandwidth, quick,
                           1 if quick else args.large_tries)
 
-    load = os.getloadavg()[0]
-    one, two, same = jobs_speedup(small, 1 if quick else 3)
-    print(f"default suite (load {load:.2f}): --jobs 1 {one:.2f} s, --jobs 2 {two:.2f} s, speed-up {one / two:.2f}x, "
-          f"identical results: {same}  (goal >= {JOBS_GOAL}x)")
+    jobs_line(small, quick)
 
     if not args.skip_gate:
         m = figures.get("llama3-v128k/float64/numpy")

@@ -206,6 +206,17 @@ def test_the_same_faults_in_forked_block_workers_with_jobs_2(cli, tmp_path, monk
     _check_scenario_error(result, out, kind, JOBS_MESSAGE.get(name, message))
 
 
+@pytest.mark.parametrize(("name", "kind"), [("crash_then_die", "died"), ("crash_then_hang", "timeout")])
+def test_a_fault_in_a_block_left_running_after_its_scenario_erred_is_not_charged_to_the_next(cli, tmp_path,
+                                                                                           monkeypatch, name, kind):
+    # --jobs 2, one pool for every scenario: peaked-v8 erred at its first block in a worker while that worker had
+    # another of its blocks to run; that block's death or swallowed hang was charged to seed-context-free, which ran
+    # beside it (a helper's hostile pass, 3 of 3 runs at 300,001 sequences). Now a decided scenario is yielded only
+    # once its blocks in flight end, so the fault is still its own.
+    result, out = _run(cli, tmp_path, monkeypatch, f"{CALLS}:{name}", "--jobs", "2", samples=300_001)
+    _check_scenario_error(result, out, kind, "")
+
+
 #: Where --jobs 2 says it otherwise: the worker's forked copy holds its pipes, so the pool never sees it die;
 #: the supervisor does (the worker is a zombie in the middle of a call) and reads faulthandler's line
 JOBS_MESSAGE = {"fork_sleeper_and_segfault": "a --jobs worker process died inside a verifier call (Segmentation fault)"}

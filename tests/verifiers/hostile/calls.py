@@ -353,3 +353,26 @@ def _by_vocabulary():
 
 
 by_vocabulary = _by_vocabulary()
+
+
+_CHILD = os.getpid()  # the supervised child imports this file; its --jobs workers are forks of it
+_worker_calls = []
+
+
+def _break_then(attack):
+    """Return a verifier that, on vocabulary 8 in a --jobs worker, raises at its first call there and runs ``attack()``
+    at the next: the scenario is decided (a crash ERROR) while that worker still runs a block of it."""
+
+    def verify(draft, q, p, num_draft, rng):
+        if p.shape[-1] == 8 and os.getpid() != _CHILD:
+            if not _worker_calls:
+                _worker_calls.append(1)
+                raise RuntimeError("peaked-v8 breaks")
+            attack()
+        return _reference(draft, q, p, num_draft, rng)
+
+    return verify
+
+
+crash_then_die = _break_then(lambda: time.sleep(0.5) or os._exit(11))  # a worker that dies in a block left running
+crash_then_hang = _break_then(lambda: _spin_swallowing(BaseException))  # a call left running that swallows the timeout
