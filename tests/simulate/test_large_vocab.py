@@ -293,3 +293,10 @@ def test_scale_benchmark_runs_in_quick_mode():
                  "qwen-v152k", "zipf-v32k"):
         assert line in out.stdout, (line, out.stdout)
     assert out.stdout.count("goal") >= 6
+
+
+def test_scale_benchmark_runs_its_jobs_line_alone():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--quick", "--jobs-only"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "--jobs 2" in out.stdout and "identical results: True" in out.stdout and "overhead" not in out.stdout, out.stdout
