@@ -422,12 +422,11 @@ class _Supervisor:
                  judging: Callable[[], Judging], send: Callable[[tuple], None]) -> None:
         """Measure ``jobs`` in the child, sending each one's "start" and, in job order, its "result".
 
-        With --jobs N, one `run_scenarios` call for them all: one pool of workers runs every
-        scenario's blocks, the next scenario's beside the last blocks and the probes of one (a
-        pool per scenario left a core idle at each scenario's end); every scenario's chains are
-        built up front, as in an unsupervised run. With --jobs 1 nothing runs beside anything, so each scenario has a
-        call of its own and only its chains are held. A --jobs worker death is measured again
-        with --jobs 1.
+        With --jobs N, one `run_scenarios` call for consecutive scenarios (`pools`): one pool of
+        workers runs their blocks, the next scenario's beside the last blocks and the probes of
+        one (a pool per scenario left a core idle at each scenario's end). With --jobs 1 nothing
+        runs beside anything, so each scenario has a call of its own. A --jobs worker death is
+        measured again with --jobs 1.
         """
         tasks = []
         for job in jobs:
@@ -435,7 +434,9 @@ class _Supervisor:
             seed = job.seed if job.seed is not None else scenario_seed(self.settings.seed, item)
             samples = job.samples if job.samples is not None else self.settings.samples
             tasks.append(Task(binding.verifiers[job.index], item, seed, samples, job.index))
-        groups = [tasks] if self.settings.jobs > 1 and not self._alone else [[task] for task in tasks]
+        together = self.settings.jobs > 1 and not self._alone
+        needs = [sum(n for n, _ in task.loaded.spec.memory_needs()) for task in tasks]
+        groups = [[tasks[t] for t in group] for group in pools(needs, together)]
         released = iter(tasks)
 
         def done(result: ScenarioResult) -> None:
@@ -848,6 +849,30 @@ def _out_of_turn(message: tuple, jobs: Sequence[_Job], started: Sequence[int], m
               and all(isinstance(i, int) and i in running for i in args[0]))
         return None if ok else "a 'doubt' out of turn or malformed"
     return f"a message of kind {kind!r}"
+
+
+#: Bytes of chain tables and exact laws the scenarios that share one pool may hold together (a run call builds every
+#: scenario's chains before its first block, and a fork needs them there): the default suite holds kilobytes.
+POOL_TABLES = 256 << 20
+
+
+def pools(needs: Sequence[int], together: bool, budget: int = POOL_TABLES) -> list[list[int]]:
+    """Cut scenarios (their memory ``needs`` in bytes, in run order) into runs of consecutive ones measured on one pool.
+
+    ``together`` False (--jobs 1, or scenarios on probation): one each. Otherwise a run grows
+    while its needs stay within ``budget``, so large tabular chains are held one scenario at a
+    time, as they were with a pool per scenario.
+    """
+    out: list[list[int]] = []
+    held = 0
+    for t, need in enumerate(needs):
+        if together and out and held + need <= budget:
+            out[-1].append(t)
+            held += need
+        else:
+            out.append([t])
+            held = need
+    return out
 
 
 def _suspects(left: Sequence[_Job], running: Sequence[int], blamed: Sequence[int]) -> list[_Job]:

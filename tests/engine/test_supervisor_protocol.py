@@ -196,3 +196,16 @@ def test_the_scenarios_a_child_may_have_died_on(running, blamed, suspects):
 
     left = [_Job(3), _Job(7), _Job(8)]
     assert [j.index for j in _suspects(left, running, blamed)] == suspects
+
+
+@pytest.mark.parametrize("needs, together, groups", [
+    ([10, 20, 30], True, [[0, 1, 2]]),  # the default suite: kilobytes, one pool
+    ([10, 20, 30], False, [[0], [1], [2]]),  # --jobs 1, or probation: one each
+    ([60, 50, 10, 90, 5], True, [[0], [1, 2], [3, 4]]),  # within a budget of 100
+    ([150, 10, 10], True, [[0], [1, 2]]),  # a scenario past the budget alone
+    ([], True, []),
+])
+def test_consecutive_scenarios_share_a_pool_within_the_memory_budget(needs, together, groups):
+    from specaudit.engine.supervisor import pools
+
+    assert pools(needs, together, budget=100) == groups
