@@ -361,7 +361,7 @@ def measure_units(
             for fut in sorted(finished, key=lambda f: pending[f]):
                 i, pos = pending.pop(fut)
                 if done[i] and i not in ending:
-                    continue  # a unit that died with its pool (lost): the rest of its blocks are dropped
+                    continue  # not reached (a decided unit with blocks in flight waits in ``ending``): never yield twice
                 try:
                     result = fut.result()
                 except Exception as exc:

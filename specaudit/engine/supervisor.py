@@ -538,8 +538,6 @@ class _Supervisor:
             if (len(got), len(held), len(probation)) == before:  # every child that ends charges, suspects or finishes
                 raise _Internal(f"a child ended with {len(remaining)} scenario(s) left and none charged")
             remaining = [j for j in remaining if j.index not in got and j.index not in held]
-        if probation:  # every scenario has a result, so none on probation is left without one
-            settle(False)
 
     def _one_child(self, jobs: list[_Job], on_result: Callable[[int, ScenarioResult], None]
                    ) -> tuple[list[_Job], ErrorInfo] | None:

@@ -104,13 +104,13 @@ def _scripted(sup: Any, script: list[Any]) -> list[list[int]]:
         sends, ended = script[len(children) - 1]
         for index in sends:  # an index, or (index, the error its result holds)
             index, error = index if isinstance(index, tuple) else (index, None)
-            on_result(index, _named(f"result of {index}", error and ErrorInfo("died", error)))
+            on_result(index, _Stub(f"result of {index}", error and ErrorInfo("died", error)))
         if ended is None:
             return None
         return [j for j in jobs if j.index in ended], ErrorInfo("died", "it died")
 
     sup._one_child = one_child
-    sup._base = lambda job: _named(f"base of {job.index}")
+    sup._base = lambda job: _Stub(f"base of {job.index}")
     return children
 
 
@@ -120,9 +120,6 @@ class _Stub:
 
     text: str
     error: Any = None
-
-
-_named = _Stub
 
 
 def _seen(sup: Any, jobs: list[int]) -> list[tuple[int, str, str | None]]:
