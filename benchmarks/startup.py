@@ -13,7 +13,9 @@ One run of ``python benchmarks/startup.py`` prints, each beside its goal:
   ``/proc/<pid>/stat`` (clock ticks since boot, plus ``btime`` of ``/proc/stat``), or the time just
   before ``Popen`` where /proc is missing;
 - the whole command's wall time, the time inside the verifier (``verifier_seconds`` of ``--json``)
-  and their ratio; and the CPU seconds (user + system) of the command and its children
+  and their ratio, beside the same run with ``specaudit.cli.main`` called bare (whose exit collects
+  every object still alive; the console script, ``specaudit.cli.script``, freezes them first),
+  alternated with it; and the CPU seconds (user + system) of the command and its children
   (``getrusage(RUSAGE_CHILDREN)``), which a busy machine disturbs less than the wall times.
 
 Every process runs the installed console script (``specaudit`` beside ``sys.executable``), not a
@@ -61,12 +63,18 @@ def verify(*args, **kwargs):
 '''
 
 
-def command() -> list[str]:
-    """Return the argv prefix that starts specaudit: the console script beside this python, else ``python -c``."""
+def command(collecting: bool = False) -> list[str]:
+    """Return the argv prefix that starts specaudit: the console script beside this python, else ``python -c``.
+
+    ``collecting``: ``specaudit.cli.main`` called bare, whose exit collects every object still alive
+    (the console script, ``specaudit.cli.script``, freezes them first): the same run, side by side.
+    """
+    if collecting:
+        return [sys.executable, "-c", "import sys; from specaudit.cli import main; sys.argv[0] = 'specaudit'; main()"]
     script = Path(sys.executable).with_name("specaudit")
     if script.is_file():
         return [sys.executable, str(script)]
-    return [sys.executable, "-c", "import sys; from specaudit.cli import main; sys.argv[0] = 'specaudit'; main()"]
+    return [sys.executable, "-c", "import sys; from specaudit.cli import script; sys.argv[0] = 'specaudit'; script()"]
 
 
 def environment(bytecode: bool, cache: str) -> dict[str, str]:
@@ -119,11 +127,11 @@ def process_start(pid: int) -> float | None:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def run_once(scenario: str, folder: Path, env: dict[str, str]) -> tuple[float, float, float, float]:
+def run_once(scenario: str, folder: Path, env: dict[str, str], collecting: bool = False) -> tuple[float, float, float, float]:
     """Return (seconds to the first verifier call, whole command seconds, verifier seconds, CPU seconds) of one run."""
     first, report = folder / "first_call.txt", folder / "run.json"
     first.unlink(missing_ok=True)
-    argv = [*command(), "run", f"{folder / 'timed_verifier.py'}:verify", "-s", scenario, "--json", str(report)]
+    argv = [*command(collecting), "run", f"{folder / 'timed_verifier.py'}:verify", "-s", scenario, "--json", str(report)]
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     before = time.time()
     t0 = time.perf_counter()
@@ -157,7 +165,10 @@ def main() -> None:
             ("import specaudit.cli", "specaudit.cli"),
             ("imports before the fork", "specaudit.cli, specaudit.engine.supervisor, specaudit.reports.progress"),
         )}
-        runs = [run_once(args.scenario, folder, env) for _ in range(args.repeats)]
+        runs, collected = [], []
+        for _ in range(args.repeats):  # alternated: a load that comes and goes falls on both
+            runs.append(run_once(args.scenario, folder, env))
+            collected.append(run_once(args.scenario, folder, env, collecting=True))
         floors = {name: [floor_seconds(code, env, folder) for _ in range(args.repeats)] for name, code in FLOORS}
     print(f"specaudit run <reference, timed> -s {args.scenario}; {args.repeats} runs after a warm-up; "
           f"bytecode {'not cached' if args.no_bytecode else 'cached'}; {os.cpu_count()} CPUs")
@@ -167,9 +178,11 @@ def main() -> None:
         *((f"{name}, s", values, "no run starts sooner") for name, values in floors.items()),
         ("time to first verifier call, s", [r[0] for r in runs], f"<= {TIME_TO_FIRST_CALL_GOAL}"),
         ("whole command, s", [r[1] for r in runs], ""),
+        ("  the same, exit collecting (main bare)", [r[1] for r in collected], "the console script freezes"),
         ("time inside the verifier, s", [r[2] for r in runs], ""),
         ("CPU of the whole command, s", [r[3] for r in runs], ""),
         ("whole command / inside the verifier", [r[1] / r[2] for r in runs], f"<= {RATIO_GOAL} (5.0 before)"),
+        ("  the same, exit collecting (main bare)", [r[1] / r[2] for r in collected], "the console script freezes"),
         ("floor of the ratio (schema floor + verifier)",
          [(min(floors[FLOORS[-1][0]]) + r[2]) / r[2] for r in runs], "a run with no overhead but its imports"),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import math
 import os
@@ -26,15 +27,15 @@ if TYPE_CHECKING:  # the engine loads only when a command needs it (`specaudit -
 def _console(stderr: bool = False) -> Console:
     """Return a console honouring NO_COLOR and non-terminal output (no escape codes in files).
 
-    Markup is off: every string printed is text (a verifier's message ``[/b]``, a scenario
-    ``list[int]``, a path); reporters style with ``rich.text.Text``.
+    Markup and emoji codes are off: every string printed is text (a verifier's message ``[/b]``, a
+    scenario ``list[int]``, a path ``a:smile:b.json``); reporters style with ``rich.text.Text``.
     """
     stream = sys.stderr if stderr else sys.stdout
     # files and pipes: wide, plain, no escape codes; COLUMNS, when set, wins (rich reads it for width=None)
     width = None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
     from rich.console import Console  # ~50 ms: imported by what prints (a run: once its child is forked)
 
-    return Console(stderr=stderr, no_color="NO_COLOR" in os.environ, highlight=False, markup=False, width=width)
+    return Console(stderr=stderr, no_color="NO_COLOR" in os.environ, highlight=False, markup=False, emoji=False, width=width)
 
 
 def _fail(exc: BaseException) -> None:
@@ -64,6 +65,20 @@ class _Group(click.Group):
             sys.exit(int(ExitCode.USAGE_ERROR))
         except Exception as exc:  # noqa: BLE001 - one place maps every exception to an exit code
             _fail(exc)
+
+
+def script() -> None:
+    """Run `main` as the ``specaudit`` console script, leaving the objects alive at its end uncollected.
+
+    At exit CPython collects every object still alive; after a run that took some 0.25 s, finding no
+    garbage (benchmarks/startup.py). Frozen (`gc.freeze`), those objects are simply dropped with the
+    process, while atexit handlers, flushing and the exit code go as in any exit. Only the console
+    script does this: `main` called in a process that goes on (tests, CliRunner) leaves the collector as it is.
+    """
+    try:
+        main()
+    finally:
+        gc.freeze()
 
 
 #: The most sequences a run may ask per scenario (the scenario schema's bound on ``samples``).
@@ -252,7 +267,7 @@ def run(
             partial = RunResult(target, settings.alpha, settings.seed, __version__, tuple(done), partial=True)
             json_report.write(partial, json_path)
 
-    with ProgressReporter(functools.partial(_console, stderr=True), verbose - quiet) as progress:
+    with ProgressReporter(_run_console, verbose - quiet) as progress:
         result = execute_supervised(target, scenario_names or None, settings, progress=progress, on_scenario=save_partial)
     if not result.scenarios and not result.interrupted:
         asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"
@@ -261,6 +276,17 @@ def run(
     if settings.shard is not None:
         code = _shard_code(result, code, settings.shard)
     sys.exit(int(code))
+
+
+def _run_console() -> Console:
+    """Return the progress console of a run, loading the terminal report with it.
+
+    A supervised run opens it once its child is forked: rich's tables (some 30 ms) load while the
+    child measures, not after it (benchmarks/startup.py).
+    """
+    from specaudit.reports import terminal  # noqa: F401 - loaded here for `_show`
+
+    return _console(stderr=True)
 
 
 def _announce_fallback() -> None:
@@ -784,4 +810,4 @@ def selftest(scenario_names: tuple[str, ...], seeds: int, draws: int, samples: i
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    script()

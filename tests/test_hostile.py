@@ -67,6 +67,7 @@ AT_CALL = [
     ("chdir", "crash", "the verifier raised ValueError: moved to /"),
     ("markup_close", "crash", "[/b] closes a tag it never opened"),
     ("markup_generic", "crash", "expected list[int], got [dtype] float64"),
+    ("markup_emoji", "crash", "shape :x: of :smile: rows"),
     ("returns_none", "contract", ""),
 ]
 
@@ -314,6 +315,13 @@ def test_scenario_names_and_paths_are_text_not_markup(cli):
     result = cli("run", "reference", "-s", "[/b]list[int]")
     assert result.exit_code == ExitCode.USAGE_ERROR, result.output
     assert "[/b]list[int]" in result.output
+
+
+def test_paths_are_text_not_emoji_codes(cli, tmp_path):
+    out = tmp_path / "a:smile:b.json"
+    result = cli("run", "reference", "-s", "markov-v4", "--samples", "2000", "--no-power", "--json", str(out))
+    assert result.exit_code == ExitCode.OK, result.output
+    assert f"wrote {out}" in result.output  # rich's emoji codes would print a😄b.json
 
 
 def test_a_verifier_printing_100_mb_does_not_reach_the_report_on_stdout(tmp_path):

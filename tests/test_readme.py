@@ -320,7 +320,7 @@ def test_distribution_name_is_ours() -> None:
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == DIST_NAME
-    assert project["scripts"] == {"specaudit": "specaudit.cli:main"}  # the command keeps its name
+    assert project["scripts"] == {"specaudit": "specaudit.cli:script"}  # the command keeps its name
 
 
 def test_readme_python_api_example(project: Path) -> None:

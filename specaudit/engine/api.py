@@ -70,7 +70,9 @@ def run(
         Called with each ScenarioResult as soon as it is measured (before Holm), e.g. to save
         partial results.
     progress : callable, optional
-        ``progress(scenario, done, total)`` after every batch of finished sequences.
+        ``progress(scenario, done, total)`` after every batch of finished sequences; from a
+        supervised child, at most every ``supervisor.PROGRESS_INTERVAL`` (0.1 s) and always for
+        its last batch.
     adapter : str, optional
         Adapter that drives ``target`` in its own layout (``specaudit.adapters``: torch, hf,
         vllm, flashinfer, an entry point or ``pkg.mod:attr``); overrides a scenario's ``adapter:``.

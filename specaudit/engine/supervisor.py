@@ -72,6 +72,9 @@ __all__ = ["execute_supervised", "stop_signals", "supported"]
 _POLL = 0.05
 #: The most of a faulthandler dump kept in an error's traceback, characters.
 _DUMP_CHARS = 6000
+#: The child sends a scenario's progress at most this often, seconds (and always its last batch): a frame
+#: per batch cost the child some 0.03 s of a one-second run, for a bar that redraws ten times a second.
+PROGRESS_INTERVAL = 0.1
 #: What this process needs once the child has measured: the chi-square tails of judging a look (scipy.special,
 #: ~0.3 s: its array-API shim imports numpy.f2py) and, for `finish`, the power figures and diagnosis. A thread
 #: imports them while the first child measures, on a core the child leaves idle (issue 20); the child imports none
@@ -392,8 +395,13 @@ class _Supervisor:
                 return
             send(("bound", label, None if binding.main_choice is None else binding.main_choice.label()))
 
+            sent: dict[str, float] = {}  # when each scenario's progress last went out
+
             def tick(name: str, done: int, total: int) -> None:
-                send(("progress", name, done, total))
+                now = time.monotonic()
+                if done >= total or now - sent.get(name, -PROGRESS_INTERVAL) >= PROGRESS_INTERVAL:
+                    sent[name] = now
+                    send(("progress", name, done, total))
 
             self._measure(jobs, binding, tick if self.progress is not None else None, judging, send)
             send(("done",))

@@ -1,9 +1,12 @@
 """End to end through the library API: positive and negative controls on the shipped suite."""
 
+import time
+
 import numpy as np
 import pytest
 
 import specaudit
+from specaudit.engine.supervisor import PROGRESS_INTERVAL
 from specaudit.errors import ExitCode
 from specaudit.laws import chain as exact
 from specaudit.results import Status
@@ -27,6 +30,18 @@ def test_reference_passes_default_suite():
     for s in result.scenarios:
         assert s.status is Status.PASSED
         assert all(c.adjusted_pvalue is not None for c in s.checks if c.statistical)  # exact checks: no p
+
+
+def test_a_supervised_run_sends_progress_ten_times_a_second_at_most_and_always_its_last_batch():
+    calls = []
+    t0 = time.monotonic()
+    result = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], diagnose=False,
+                           progress=lambda *args: calls.append((time.monotonic(), *args)))
+    elapsed = time.monotonic() - t0
+    assert result.exit_code() == ExitCode.OK
+    assert calls[-1][1:] == ("markov-v4", 300_000, 300_000)  # the bar ends full
+    assert len(calls) <= elapsed / PROGRESS_INTERVAL + 2  # sent that far apart, and the last (one per batch: 200 calls)
+    assert [c[2] for c in calls] == sorted(c[2] for c in calls)
 
 
 def test_seed_context_free_shows_closed_form_inside_interval():

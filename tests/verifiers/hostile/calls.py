@@ -320,6 +320,7 @@ close_streams = _hostile(_close_streams)
 chdir = _hostile(_chdir_and_raise)
 markup_close = _hostile(lambda: _raise(ValueError("[/b] closes a tag it never opened")))
 markup_generic = _hostile(lambda: _raise(TypeError("expected list[int], got [dtype] float64")))
+markup_emoji = _hostile(lambda: _raise(ValueError("shape :x: of :smile: rows")))
 
 
 def returns_none(draft, q, p, num_draft, rng):
