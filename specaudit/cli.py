@@ -40,9 +40,11 @@ def _console(stderr: bool = False) -> Console:
 
 def _fail(exc: BaseException) -> None:
     """Print a SpecauditError (or an internal error) and exit with its code."""
+    from specaudit.reports.format import visible  # a message may quote a path or a key with an escape sequence
+
     code = exit_code_for(exc)
     if isinstance(exc, SpecauditError):
-        click.echo(f"specaudit: error: {exc}", err=True)
+        click.echo(f"specaudit: error: {visible(exc)}", err=True)
     else:
         import traceback
 
@@ -68,13 +70,20 @@ class _Group(click.Group):
 
 
 def script() -> None:
-    """Run `main` as the ``specaudit`` console script, leaving the objects alive at its end uncollected.
+    """Run `main` as the ``specaudit`` console script: text UTF-8 cannot hold is escaped, the last objects left.
 
+    A lone surrogate (a verifier's message, a file name that is not UTF-8, read as ``\\udcff``)
+    would end a print to stdout with UnicodeEncodeError; it is printed as its escape instead.
     At exit CPython collects every object still alive; after a run that took some 0.25 s, finding no
     garbage (benchmarks/startup.py). Frozen (`gc.freeze`), those objects are simply dropped with the
     process, while atexit handlers, flushing and the exit code go as in any exit. Only the console
-    script does this: `main` called in a process that goes on (tests, CliRunner) leaves the collector as it is.
+    script does this: `main` called in a process that goes on (tests, CliRunner) leaves its streams
+    and the collector as they are.
     """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # a TextIOWrapper's (None, or replaced, in embedders)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         main()
     finally:
@@ -564,6 +573,7 @@ def _write_reports(result: Any, shown: Any, json_path: str | None, html_path: st
 
 def _show(result: Any, comparison: Any, written: list[Path], verbosity: int) -> None:
     """Print the run, its comparison with the baseline, and the files written."""
+    from specaudit.reports import format as fmt
     from specaudit.reports import terminal
 
     console = _console()
@@ -572,7 +582,7 @@ def _show(result: Any, comparison: Any, written: list[Path], verbosity: int) -> 
         terminal.render_baseline(comparison, console, verbosity)
     if verbosity >= 0:
         for path in written:
-            console.print(f"wrote {path}", markup=False, highlight=False)
+            console.print(f"wrote {fmt.visible(path)}", markup=False, highlight=False)
 
 
 @main.command()
@@ -617,6 +627,7 @@ def validate(paths: tuple[str, ...]) -> None:
     """Validate scenario files; print every problem as file:line: key: message."""
     from specaudit.engine.scenario import preflight
     from specaudit.errors import ScenarioError
+    from specaudit.reports.format import visible
     from specaudit.scenarios.loading import load_scenario
 
     bad = 0
@@ -626,9 +637,9 @@ def validate(paths: tuple[str, ...]) -> None:
             preflight(loaded)  # what `run` would need, before it allocates it
         except ScenarioError as exc:
             bad += 1
-            click.echo(str(exc), err=True)
+            click.echo(visible(exc), err=True)
         else:
-            click.echo(f"{path}: ok ({loaded.name})")
+            click.echo(f"{visible(path)}: ok ({loaded.name})")
     sys.exit(int(ExitCode.USAGE_ERROR if bad else ExitCode.OK))
 
 

@@ -68,6 +68,7 @@ AT_CALL = [
     ("markup_close", "crash", "[/b] closes a tag it never opened"),
     ("markup_generic", "crash", "expected list[int], got [dtype] float64"),
     ("markup_emoji", "crash", "shape :x: of :smile: rows"),
+    ("unprintable_exception", "crash", "the verifier raised _Unprintable: (its __str__ raised RuntimeError)"),
     ("returns_none", "contract", ""),
 ]
 
@@ -573,3 +574,38 @@ def test_a_jobs_worker_that_dies_between_two_blocks_is_that_scenarios_error(tmp_
     assert by_name["markov-v4"]["error"] is None
     err = by_name["peaked-v8"]["error"]
     assert err["kind"] == "died" and ("worker process died" in err["message"] or "os._exit(7)" in err["message"]), err
+
+
+def test_a_message_no_utf8_or_xml_can_hold_is_shown_escaped_in_every_output(tmp_path):
+    # a lone surrogate ended the terminal report, the HTML and the JUnit writers with UnicodeEncodeError (exit 3),
+    # and NUL or ESC made the JUnit file one no XML parser reads
+    import xml.etree.ElementTree as ET
+
+    out = {kind: tmp_path / f"r.{kind}" for kind in ("json", "html", "xml")}
+    summary = tmp_path / "summary.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "run", f"{CALLS}:unprintable", "-s", "peaked-v8", "--samples", "500",
+         "--no-power", "--json", str(out["json"]), "--html", str(out["html"]), "--junit", str(out["xml"])],
+        capture_output=True, timeout=300, env={**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert proc.returncode == ExitCode.CHECKS_FAILED, proc.stdout + proc.stderr
+    shown = r"lone \ud800 NUL \x00 clear \x1b[2J end"
+    message = json.loads(out["json"].read_text())["scenarios"][0]["error"]["message"]
+    assert message == "the verifier raised ValueError: lone \ud800 NUL \x00 clear \x1b[2J end"  # verbatim
+    error = ET.parse(out["xml"]).getroot().find(".//testcase/error")
+    assert error is not None and shown in error.get("message")
+    page = out["html"].read_text()
+    assert shown in page and "\x1b" not in page and "\x00" not in page  # no HTML may hold NUL or ESC
+    assert r"lone \ud800" in summary.read_text()
+    assert rb"lone \ud800" in proc.stdout
+    # the terminal report and the annotations show the escape sequence; none reaches the terminal (or a log)
+    assert rb"clear \x1b[2J end" in proc.stdout and b"\x1b" not in proc.stdout + proc.stderr
+
+
+def test_a_scenario_key_with_an_escape_sequence_is_named_by_its_escapes(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text('name: s\nvocab: 4\nk: 2\nlength: 2\nsamples: 100\ntarget: {kind: dirichlet}\n'
+                    'draft: {kind: dirichlet}\n"k\\e[31m:x:": 1\n')
+    proc = subprocess.run([sys.executable, "-m", "specaudit.cli", "validate", str(path)], capture_output=True, timeout=120)
+    assert proc.returncode == ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert rb"unknown key 'k\x1b[31m:x:'" in proc.stderr and b"\x1b" not in proc.stderr

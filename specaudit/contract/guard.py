@@ -208,7 +208,19 @@ def describe_exit(exc: BaseException) -> str:
         return f"the verifier called sys.exit({'' if code is None else repr(code)})"
     if isinstance(exc, KeyboardInterrupt):
         return "the verifier raised KeyboardInterrupt itself (no Ctrl-C was pressed)"
-    return f"the verifier raised {type(exc).__name__}: {exc}".rstrip(": ")
+    return raised(exc)
+
+
+def raised(exc: BaseException) -> str:
+    """Return 'the verifier raised ValueError: its message' (no ': ' after an empty one).
+
+    The message is the exception's ``str``, which is the verifier's code too: one that raises is named, not followed.
+    """
+    try:
+        text = str(exc)
+    except BaseException as inner:  # noqa: BLE001 - its __str__ may raise anything
+        text = f"(its __str__ raised {type(inner).__name__})"
+    return f"the verifier raised {type(exc).__name__}" + (f": {text}" if text else "")
 
 
 def _user_frames(exc: BaseException) -> str:
@@ -257,7 +269,7 @@ def guarded(verify: _Call, timeout: float | None = None, tag: int = -1) -> _Call
             raise exc
         if not isinstance(exc, Exception):  # sys.exit(), GeneratorExit, its own KeyboardInterrupt
             return VerifierCrash(describe_exit(exc), _user_frames(exc))
-        return VerifierCrash(f"the verifier raised {type(exc).__name__}: {exc}", _user_frames(exc))
+        return VerifierCrash(raised(exc), _user_frames(exc))
 
     if timeout is None or timeout <= 0:
 

@@ -1,18 +1,23 @@
-"""Number formatting shared by every reporter: p-values, p-value clauses and compact numbers.
+"""Formatting shared by every reporter: p-values, p-value clauses, compact numbers, visible text.
 
 The terminal table, the HTML page, the GitHub summary and the pytest assertion message all show
 the same p-values, so they format them here, once: three significant digits, and ``<1e-300``
 for a p-value that underflowed to exactly 0 (a double cannot hold a smaller tail, so "0" would
 claim more than was computed). Other numbers use :func:`number` (thousands separators for
-counts, scientific notation only for very large or very small values).
+counts, scientific notation only for very large or very small values). What a terminal would act on
+rather than show (an escape sequence in a verifier's message) goes through :func:`visible`.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
-__all__ = ["FLOOR", "number", "optional", "pvalue", "pvalue_clause"]
+__all__ = ["FLOOR", "number", "optional", "pvalue", "pvalue_clause", "visible"]
+
+#: What a terminal acts on rather than shows: the C0 controls but tab and newline, DEL and the C1 controls.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 #: Shown, after ``<``, for a p-value of exactly 0.
 FLOOR = "1e-300"
@@ -60,3 +65,12 @@ def number(x: Any, digits: int = 4) -> str:
     if isinstance(x, (list, tuple)):
         return "[" + ", ".join(number(v, digits) for v in x) + "]"
     return str(x)
+
+
+def visible(text: Any) -> str:
+    """Return ``text`` with every control character shown as its escape (ESC as ``\\x1b``, CR as ``\\r``).
+
+    A verifier's message, a traceback or a path is printed as the characters it holds: an escape
+    sequence in it would colour, retitle or clear the user's terminal, and in a file it is noise.
+    """
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))

@@ -9,6 +9,7 @@ and ``$GITHUB_STEP_SUMMARY`` in the GitHub documentation.
 
 # no ``from __future__ import annotations``: this module's public function ``annotations`` would shadow it
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,9 +53,9 @@ def command(level: str, message: str, file: str | None = None, line: int | None 
     if line:
         props.append(f"line={int(line)}")
     if title:
-        props.append(f"title={_escape_property(title)}")
+        props.append(f"title={_escape_property(fmt.visible(title))}")
     head = f"::{level} {','.join(props)}" if props else f"::{level}"
-    return f"{head}::{_escape_data(message)}"
+    return f"{head}::{_escape_data(fmt.visible(message))}"  # an escape sequence would colour the job's log
 
 
 def _best(info: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -63,7 +64,7 @@ def _best(info: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def annotations(result: RunResult, workspace: str | None = None) -> list[str]:
-    """Return an annotation for every errored scenario and failed or suspect check."""
+    """Return an annotation for every errored scenario and failed, suspect or errored check."""
     out = []
     for s in result.scenarios:
         # scenario objects from the API ("<...>") and files outside the workspace get no file=
@@ -74,9 +75,9 @@ def annotations(result: RunResult, workspace: str | None = None) -> list[str]:
         for label, err in s.reported_errors():
             out.append(command("error", f"{err.kind}: {err.message}", title=f"specaudit {label}: error", file=file, line=line))
         for c in s.reported_checks():
-            if c.status not in (Status.FAILED, Status.SUSPECT):
+            if c.status not in (Status.FAILED, Status.SUSPECT, Status.ERROR):
                 continue
-            level = "error" if c.status is Status.FAILED and c.gate else "warning"
+            level = "error" if c.status is Status.ERROR or (c.status is Status.FAILED and c.gate) else "warning"
             note = "" if c.gate else " (not gating)"
             out.append(command(level, f"{c.summary}{note}.{hint}", title=f"specaudit {s.name} / {c.name}: {c.status.value}", file=file, line=line))
     for reg in result.baseline.regressions if result.baseline is not None else ():
@@ -92,12 +93,23 @@ def _seeds(result: RunResult) -> str:
     return f"seeds per scenario ({own})" if own else "no seed (nothing ran)"
 
 
+def _code(text: Any) -> str:
+    """Return ``text`` as one Markdown code span: fenced by a backtick more than its longest run (CommonMark).
+
+    A target or a baseline path is the user's text: a backtick in it ended a single-backtick span.
+    """
+    text = fmt.visible(text).replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def summary_markdown(result: RunResult) -> str:
     """Return the Markdown job summary: verdict, one row per scenario x check, failures, baseline."""
     status = result.status.value
     icon = {"passed": "✅", "failed": "❌", "error": "💥", "suspect": "⚠️"}.get(status, "")
     lines = [
-        f"## specaudit {icon} {status.upper()}: `{result.target}`",
+        f"## specaudit {icon} {status.upper()}: {_code(result.target)}",
         "",
         f"specaudit {result.version}, family-wise alpha {result.alpha} (Holm), {_seeds(result)}, {float(result.seconds or 0):.1f} s",
         "",
@@ -111,17 +123,17 @@ def summary_markdown(result: RunResult) -> str:
             p = c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue
             stat = fmt.optional(None if c.statistic is None else float(c.statistic))
             verdict = c.status.value
-            verdict = f"**{verdict}**" if c.status in (Status.FAILED, Status.SUSPECT) else verdict
+            verdict = f"**{verdict}**" if c.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) else verdict
             lines.append(f"| {s.name} | {c.name} | {stat} | {fmt.pvalue(p)} | {verdict}{'' if c.gate else ' (not gating)'} |")
     problems = []
     for s in result.scenarios:
         best = _best(s.info)
-        failed = [c for c in s.reported_checks() if c.status is Status.FAILED]
+        failed = [c for c in s.reported_checks() if c.status in (Status.FAILED, Status.ERROR)]
         for c in failed:
             problems.append(f"- **{s.name} / {c.name}**: {c.summary}")
             top = (c.data or {}).get("top_cells") or []
             if top:
-                cells = ", ".join(f"`{t['cell']}` {t['observed']} vs {float(t['expected']):.1f}" for t in top[:3])
+                cells = ", ".join(f"{_code(t['cell'])} {t['observed']} vs {float(t['expected']):.1f}" for t in top[:3])
                 problems.append(f"  - most deviating: {cells}")
         if best and failed:
             problems.append(f"  - looks like: **{best['mutant']}**, {best['description']} (similarity {best['similarity']:.2f})")
@@ -129,7 +141,7 @@ def summary_markdown(result: RunResult) -> str:
         lines += ["", "### Failures", "", *problems]
     base = result.baseline
     if base is not None:
-        lines += ["", f"### Against the baseline `{base.path}`", ""]
+        lines += ["", f"### Against the baseline {_code(base.path)}", ""]
         lines += [f"- ❌ {r['message']}" for r in base.regressions] or ["- no regressions"]
         lines += [f"- not comparable: {r}" for r in base.not_comparable]
     return "\n".join(lines) + "\n"
@@ -142,5 +154,5 @@ def emit(result: RunResult, stream: TextIO, environ: Mapping[str, str] | None = 
         print(line, file=stream)
     target = env.get("GITHUB_STEP_SUMMARY")
     if target:
-        with open(target, "a", encoding="utf-8") as fh:
+        with open(target, "a", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(summary_markdown(result))

@@ -3,7 +3,8 @@
 The page is a pure function of the results document: the run renders the RunResult read back
 from its own JSON form (:func:`specaudit.results.document.roundtrip`), and
 ``specaudit report r.json --html`` renders ``document.read("r.json")``, so both give the same
-bytes. Jinja2 autoescapes every string of the result (target, names, descriptions, messages);
+bytes. Jinja2 autoescapes every string of the result (target, names, descriptions, messages), its
+control characters shown as escapes (``\\x1b``, :func:`specaudit.reports.format.visible`);
 only the SVG produced by :mod:`specaudit.reports.plots` (which escapes its own labels) is
 inserted as markup. No script, font or stylesheet is loaded from anywhere.
 
@@ -49,8 +50,13 @@ DEFAULT_ALPHA = 1e-3
 def _env() -> Any:
     """Return the Jinja2 environment (built once per process: compiling the template is most of a small render)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+    from markupsafe import Markup
+
+    def shown(value: Any) -> Any:  # every {{ }} of text: NUL or ESC, which no HTML may hold, as their escapes
+        return fmt.visible(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
     env = Environment(
+        finalize=shown,
         loader=PackageLoader("specaudit.reports", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         undefined=StrictUndefined,

@@ -3,7 +3,7 @@
 Rendered from a RunResult read back from its results document (like the HTML), so it can be
 regenerated from a saved run. Statistics go in ``<properties>`` of each testcase (the form pytest's ``record_property``
 writes and Jenkins, GitLab and GitHub test reporters read); a failed check is a ``<failure>``,
-a scenario that could not run is one ``<error>`` testcase, a non-gating failure is reported as
+a check the verifier crashed in is an ``<error>``, a scenario that could not run is one ``<error>`` testcase, a non-gating failure is reported as
 ``<skipped>`` with its reason so it does not fail the CI job, and a suspect check passes with
 a ``<system-out>`` note (suspect verdicts do not fail a run).
 """
@@ -11,6 +11,7 @@ a ``<system-out>`` note (suspect verdicts do not fail a run).
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
@@ -90,6 +91,10 @@ def to_element(result: RunResult) -> ET.Element:
                 sk = ET.SubElement(case, "skipped", message=f"failed, not gating: {c.summary}"[:500])
                 sk.text = _detail(s, c)
                 counts["skipped"] += 1
+            elif c.status is Status.ERROR:  # a probe the verifier crashed in: the run's ERROR
+                e = ET.SubElement(case, "error", type=status, message=c.summary[:500])
+                e.text = "\n".join(x for x in (_detail(s, c), str((c.data or {}).get("traceback") or "")) if x)
+                counts["errors"] += 1
             elif c.status is Status.SUSPECT:  # does not fail the run (TestU01 style): passed, with a note
                 ET.SubElement(case, "system-out").text = "suspect: " + _detail(s, c)
             elif c.status is Status.SKIPPED:
@@ -105,9 +110,22 @@ def to_element(result: RunResult) -> ET.Element:
     return root
 
 
+#: What XML 1.0 cannot hold, even as a character reference: C0 controls but tab, newline and carriage
+#: return, surrogates, U+FFFE and U+FFFF (ElementTree escapes <, & and quotes, and writes these as they are).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    """Return ``text`` with every character XML cannot hold shown as its escape (``\\x1b``), so the file parses."""
+    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def render(result: RunResult) -> str:
     """Return the JUnit XML text for a run."""
     root = to_element(result)
+    for el in root.iter():  # every string a user or a verifier wrote: target, paths, messages, tracebacks
+        el.text, el.tail = (None if t is None else _xml(t) for t in (el.text, el.tail))
+        el.attrib.update({k: _xml(v) for k, v in el.attrib.items()})
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

@@ -29,11 +29,18 @@ def _power(x: Any) -> str:
     return "1" if x >= 1 - 5e-7 else "0" if x == 0 else f"{x:.3f}" if x >= 1e-3 else f"{x:.1e}"
 
 
+def _entry(m: Any) -> Mapping[str, Any]:
+    """Return one mutant's power entry as an object: a bare figure (a document's generic form) is its power."""
+    return m if isinstance(m, Mapping) else {} if m is None else {"power": m}
+
+
 def _weak(per: Mapping[str, Mapping[str, Any]]) -> str:
     """Return the distribution mutants below WEAK power, blind (TV 0) ones apart."""
     blind: list[str] = []
     weak: list[str] = []
     for name, m in per.items():
+        if not isinstance(m, Mapping):  # a bare power figure (a document's generic form): no kind to weigh
+            continue
         if m.get("kind") != "distribution" or m.get("power") is None or m["power"] >= WEAK:
             continue
         (blind if m.get("same_law") else weak).append(f"{name} {_power(m['power'])}")
@@ -69,7 +76,7 @@ def power_table(result: RunResult, verbosity: int = 0, width: int | None = None)
     )
     body: list[list[Cell]] = []
     for s, sens, per in rows:
-        bug = per.get("resample_from_p") or {}
+        bug = _entry(per.get("resample_from_p"))
         style = "yellow" if sens.get("flag") else ""
         body.append([s.name, f"{sens['samples']:,}", str(sens["groups"]), _tv(sens["detectable_tv"]),
                      Text(_power(bug.get("power")) if bug else "", style=style), _weak(per)])
@@ -90,7 +97,7 @@ def mutant_table(result: RunResult, width: int | None = None) -> list[Renderable
         return None
     names = list(rows[0][1])
     body: list[tuple[list[Cell], list[Cell]]] = [
-        ([name, rows[0][1][name].get("kind", "")], [_power((per.get(name) or {}).get("power")) for _, per in rows])
+        ([name, _entry(rows[0][1][name]).get("kind", "")], [_power(_entry(per.get(name)).get("power")) for _, per in rows])
         for name in names
     ]
     return fit_matrix((Column("mutant"), Column("kind")), [r[0] for r in rows], body, width,

@@ -46,8 +46,10 @@ def _groups(result: RunResult) -> list[tuple[str, list[list[Cell]]]]:
             rows: list[list[Cell]] = []
             for c in part.checks:
                 d = c.data
-                tv = f"{d['tv']:.4f} ({d['tv_null']:.4f})" if "tv_null" in d else ""
-                tps = f"{d['estimate']:.3f} ({d['exact']:.3f})" if c.name == "tokens-per-step" else ""
+                # numbers when present (specaudit.results.document checks a file's): shown where both are
+                tv = f"{d['tv']:.4f} ({d['tv_null']:.4f})" if d.get("tv") is not None and d.get("tv_null") is not None else ""
+                tps = (f"{d['estimate']:.3f} ({d['exact']:.3f})" if c.name == "tokens-per-step" and d.get("estimate") is not None
+                       and d.get("exact") is not None else "")
                 stat = "" if c.statistic is None else (f"{c.statistic:.1f}" + (f"/{c.df}df" if c.df is not None else ""))
                 verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
                 p = fmt.pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue)
@@ -75,7 +77,7 @@ def summary_table(result: RunResult, width: int | None = None) -> RenderableType
     above its checks, indented (with the outer border, then without), then not indented; plain lines.
     A number or a check name is never cut (issue 19).
     """
-    title = Text(f"specaudit {result.version}: {result.target}")
+    title = Text(f"specaudit {result.version}: {fmt.visible(result.target)}")
     groups = _groups(result)
     flat = [[Text(label), *row] for label, rows in groups for row in rows]
     table = fit((Column("scenario"), *_CHECK_COLUMNS), flat, width, title=title)
@@ -101,15 +103,17 @@ _CELL_COLUMNS = (Column("sequence", breaks="none"), Column("observed"), Column("
 
 def _details(console: Console, s: ScenarioResult) -> None:
     for label, error in s.reported_errors():  # the first attempt's, and a re-run's that could not run
-        console.print(Text.assemble((label, "bold magenta"), f": {error.message}"))  # text, never markup
+        console.print(Text.assemble((label, "bold magenta"), f": {fmt.visible(error.message)}"))  # text, never markup
         if error.traceback:
-            console.print(Text(error.traceback, style="dim"))
+            console.print(Text(fmt.visible(error.traceback), style="dim"))
     if s.error is not None:
         return
     for c in s.reported_checks():  # a re-run's too, labelled "(re-run)"
-        if c.status not in (Status.FAILED, Status.SUSPECT):
+        if c.status not in (Status.FAILED, Status.SUSPECT, Status.ERROR):
             continue
-        console.print(Text.assemble((f"{s.name} / {c.name}: ", "bold"), c.summary))
+        console.print(Text.assemble((f"{s.name} / {c.name}: ", "bold"), fmt.visible(c.summary)))
+        if c.status is Status.ERROR and c.data.get("traceback"):  # a probe the verifier crashed in: where
+            console.print(Text(fmt.visible(c.data["traceback"]), style="dim"))
         top = c.data.get("top_cells") or []
         if top:
             rows: list[list[Cell]] = [[str(cell["cell"]), str(cell["observed"]), f"{cell['expected']:.1f}",

@@ -132,13 +132,17 @@ _KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "num
 def _typed(d: Mapping[str, Any], key: str, where: str, kind: str, default: Any = ..., optional: bool = False) -> Any:
     """Return ``d[key]`` (or ``default`` when absent) after checking it is a ``kind`` (null allowed when ``optional``)."""
     value = _need(d, key, where) if default is ... else d.get(key, default)
-    if value is None and (optional or default is None):
+    return _of_kind(value, f"{where}.{key}" if where else key, kind, optional or default is None)
+
+
+def _of_kind(value: Any, spot: str, kind: str, optional: bool = False) -> Any:
+    """Return ``value`` after checking it is a ``kind`` (null allowed when ``optional``); "nan", "inf" as floats."""
+    if value is None and optional:
         return None
     if kind == "number":
         value = _float(value)
     ok = isinstance(value, _KINDS[kind]) and (kind == "boolean" or not isinstance(value, bool))
     if not ok:
-        spot = f"{where}.{key}" if where else key
         raise _Bad(spot, f"expected {'an' if kind == 'integer' else 'a'} {kind}{' or null' if optional else ''}, "
                          f"got {_kind(value)}{'' if value is None else f' {value!r:.40}'}")
     return value
@@ -170,6 +174,57 @@ def _kind(value: Any) -> str:
     )
 
 
+#: What the reports read of a check's ``data`` and of a scenario's ``info``: a kind (``"number?"``: the key may be
+#: absent or null), an object of such keys (``"key?"``: an object or list that may be absent; ``"*"``: every key
+#: not named), a list [shape], or a tuple of alternatives.
+#: Other keys are free. A hand-edited file whose ``tv`` is a string is refused here (exit 4), not in a
+#: reporter's format string (exit 3); numbers written as "nan" or "inf" come back as floats.
+_CHECK_DATA: dict[str, Any] = {
+    "tv": "number?", "tv_null": "number?", "estimate": "number?", "exact": "number?", "n": "integer?",
+    "traceback": "string?",
+    "top_cells?": [{"cell": "any", "observed": "number", "expected": "number", "residual": "number"}],
+}
+_INFO: dict[str, Any] = {
+    "diagnosis?": {
+        "best?": {"mutant": "string", "description": "string", "similarity": "number", "mirrors": "string"},
+        "candidates?": [{"mutant": "string", "description": "string?", "similarity": "number"}],
+        "min_similarity": "number?",
+    },
+    "sensitivity?": {"samples": "integer", "groups": "integer", "detectable_tv": "number", "alpha": "number",
+                     "family_alpha": "number", "tests": "integer", "target_power": "number", "flag": "string?"},
+    "power?": {"*": ("number", {"kind": "string?", "power": "number?", "same_law": "boolean?"})},
+}
+
+
+def _shaped(value: Any, shape: Any, where: str) -> Any:
+    """Return ``value`` checked against ``shape`` (see ``_CHECK_DATA``), its numbers read back as floats."""
+    if isinstance(shape, tuple):  # alternatives: the first that fits, else what the last one says
+        for alternative in shape[:-1]:
+            try:
+                return _shaped(value, alternative, where)
+            except _Bad:
+                continue
+        return _shaped(value, shape[-1], where)
+    if isinstance(shape, list):
+        return [_shaped(v, shape[0], f"{where}[{i}]") for i, v in enumerate(_items(value, where, lambda v, _: v))]
+    if isinstance(shape, dict):
+        out = dict(_object(value, where))
+        for key, inner in shape.items():
+            optional = key.endswith("?") or (isinstance(inner, str) and inner.endswith("?"))
+            name = key.rstrip("?")
+            names = [k for k in out if k not in shape] if name == "*" else [name]
+            for k in names:
+                if k not in out or (out[k] is None and optional):
+                    if not optional and name != "*":
+                        raise _Bad(where, f"missing key {k!r}")
+                    continue
+                out[k] = _shaped(out[k], inner, f"{where}.{k}")
+        return out
+    if shape == "any":
+        return value
+    return _of_kind(value, where, shape.rstrip("?"), shape.endswith("?"))
+
+
 def _check(value: Any, where: str) -> CheckResult:
     d = _object(value, where)
     return CheckResult(
@@ -182,7 +237,7 @@ def _check(value: Any, where: str) -> CheckResult:
         df=_typed(d, "df", where, "number", None, optional=True),
         adjusted_pvalue=_typed(d, "adjusted_pvalue", where, "number", None, optional=True),
         gate=_typed(d, "gate", where, "boolean", True),
-        data=_object(d.get("data", {}), f"{where}.data"),
+        data=_shaped(d.get("data", {}), _CHECK_DATA, f"{where}.data"),
     )
 
 
@@ -208,7 +263,7 @@ def _scenario(value: Any, where: str) -> ScenarioResult:
         seconds=_typed(s, "seconds", where, "number", 0.0),
         verifier_seconds=_typed(s, "verifier_seconds", where, "number", 0.0),
         calls=_typed(s, "calls", where, "integer", 0),
-        info=_object(s.get("info", {}), f"{where}.info"),
+        info=_shaped(s.get("info", {}), _INFO, f"{where}.info"),
         # null or absent: none; anything else ({}, 0, false, "") is checked, never read as absent
         rerun=_scenario(s["rerun"], f"{where}.rerun") if s.get("rerun") is not None else None,  # a SUSPECT scenario's re-run
         tv_bound=_tv_bound(s["tv_bound"], f"{where}.tv_bound") if s.get("tv_bound") is not None else None,
@@ -347,12 +402,15 @@ def read(path: str | Path) -> RunResult:
 def atomic_write(path: str | Path, data: bytes | str) -> Path:
     """Write ``data`` (text as UTF-8) to ``path`` atomically: a temporary file in the same folder, then ``os.replace``.
 
+    A lone surrogate in the text (a verifier's message, a file name that is not UTF-8) is written
+    as its escape ``\\udcff``: text no UTF-8 can hold is shown, never a crash.
+
     The file gets the mode a plain ``open(path, "w")`` gives (0666 less the umask), so every report
     file is readable alike; a crash mid-write leaves ``path`` as it was and no temporary file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    raw = data.encode("utf-8", errors="backslashreplace") if isinstance(data, str) else data
     tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
     try:

@@ -49,8 +49,8 @@ class _Spec(BaseModel):
                 if key not in allowed:
                     raise PydanticCustomError(
                         "unknown_key",
-                        "unknown key '{key}'; allowed: {allowed}{hint}",
-                        {"key": key, "allowed": ", ".join(allowed), "hint": closest(str(key), allowed)},
+                        "unknown key {shown}; allowed: {allowed}{hint}",  # repr: an escape sequence is shown, not run
+                        {"key": key, "shown": repr(key), "allowed": ", ".join(allowed), "hint": closest(str(key), allowed)},
                     )
         return data
 

@@ -33,6 +33,26 @@ def test_base_exceptions_of_the_verifier_become_crashes(raise_it, message, timeo
     assert str(info.value).startswith(message)
 
 
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0], ids=["untimed", "timed"])
+@pytest.mark.parametrize(("exc", "message"), [
+    (ValueError(), "the verifier raised ValueError"),  # no ": " after an empty message
+    (ValueError("ends with a colon:"), "the verifier raised ValueError: ends with a colon:"),
+    (_Unprintable(), "the verifier raised _Unprintable: (its __str__ raised RuntimeError)"),
+], ids=["empty", "colon", "str-raises"])
+def test_the_crash_says_what_was_raised_as_the_exception_says_it(exc, message, timeout):
+    def verify(*args):
+        raise exc
+
+    with pytest.raises(VerifierCrash) as info:
+        guarded(verify, timeout)(1, 2)
+    assert info.value.args[0] == message
+
+
 @pytest.mark.parametrize("timeout", [None, 5.0], ids=["untimed", "timed"])
 def test_a_real_sigint_is_the_users_and_goes_through(timeout):
     # positive control of the flag: the same KeyboardInterrupt, after a real SIGINT, is not converted

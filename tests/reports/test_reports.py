@@ -332,3 +332,64 @@ def test_html_keeps_a_first_look_probe_error_a_problem_after_a_passing_rerun():
     problems, resolved = html._problems(result, [html._scenario_view(s, False)])
     assert "determinism" in [p["check"]["name"] for p in problems if p["check"]]
     assert "determinism" not in [r["check"]["name"] for r in resolved]
+
+
+def test_a_check_the_verifier_crashed_in_is_an_error_every_report_names():
+    # a probe that raised is an ERROR check of a scenario that ran: the terminal showed no reason, the GitHub
+    # annotations and summary none, and JUnit counted it a passed testcase (errors=0)
+    doc = document(passing())
+    probe = next(c for c in doc["scenarios"][0]["checks"] if c["name"] == "corner-empty-batch")
+    probe.update(status="error", summary="the verifier crashed in this probe: the verifier raised ValueError: EMPTYBATCH",
+                 data={"traceback": '  File "v.py", line 65, in verify\nValueError: EMPTYBATCH'})
+    result = from_document(doc)
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    terminal.render(result, console)
+    text = console.file.getvalue()
+    assert "corner-empty-batch: the verifier crashed in this probe: the verifier raised ValueError: EMPTYBATCH" in text
+    assert 'File "v.py", line 65, in verify' in text
+    notes = [ln for ln in github.annotations(result) if "corner-empty-batch" in ln]
+    assert len(notes) == 1 and notes[0].startswith("::error") and "EMPTYBATCH" in notes[0]
+    summary = github.summary_markdown(result)
+    assert "| markov-v4 | corner-empty-batch |  |  | **error** |" in summary and "### Failures" in summary and "EMPTYBATCH" in summary
+    root = ET.fromstring(junit.render(result))
+    error = root.find(".//testcase[@name='corner-empty-batch']/error")
+    assert root.get("errors") == "1" and error is not None and "EMPTYBATCH" in error.get("message")
+    assert 'File "v.py", line 65' in error.text
+
+
+# (where in a failing run's document, the value put there, what the message must say): values the reports format;
+# a hand-edited file's ended a reporter's format string with exit 3
+BAD_REPORTED_VALUES = [
+    (("scenarios", 0, "checks", 0, "data", "tv"), "x", r"checks\[0\]\.data\.tv: expected a number or null, got a string 'x'"),
+    (("scenarios", 0, "checks", 1, "data", "estimate"), "1.7", r"checks\[1\]\.data\.estimate: expected a number"),
+    (("scenarios", 0, "checks", 0, "data", "top_cells", 0, "residual"), [1], r"top_cells\[0\]\.residual: expected a number"),
+    (("scenarios", 0, "checks", 0, "data", "top_cells"), {}, r"data\.top_cells: expected a JSON list, got an object"),
+    (("scenarios", 0, "info", "diagnosis", "best", "mutant"), 1, r"info\.diagnosis\.best\.mutant: expected a string"),
+    (("scenarios", 0, "info", "sensitivity", "groups"), None, r"info\.sensitivity\.groups: expected an integer, got null"),
+    (("scenarios", 0, "info", "power", "resample_from_p", "power"), "high", r"info\.power\.resample_from_p\.power: expected a number"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "message"), BAD_REPORTED_VALUES)
+def test_a_value_a_report_formats_is_checked_when_the_file_is_read(tmp_path, where, value, message, cli):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_edited(document(failing()), value, *where)))
+    for args in (("report", str(path), "--html", str(tmp_path / "r.html")), ("run", "reference", "-s", "markov-v4",
+                 "--samples", "2000", "--no-power", "--baseline", str(path))):
+        res = cli(*args)
+        assert res.exit_code == ExitCode.USAGE_ERROR, res.output
+        assert re.search(message, res.output), res.output
+
+
+def test_reported_values_that_may_be_absent_or_not_finite_still_render(tmp_path, cli):
+    doc = document(failing())
+    data = doc["scenarios"][0]["checks"]
+    del data[1]["data"]["estimate"]  # tokens-per-step without its estimate: shown blank
+    data[0]["data"]["tv"] = "nan"  # how a results file writes a float that is not finite
+    doc["scenarios"][0]["info"]["power"]["mutant_x"] = 0.25  # a bare power figure, as the HTML reads them too
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    res = cli("report", str(path), "-v", "--html", str(tmp_path / "r.html"), "--junit", str(tmp_path / "r.xml"))
+    assert res.exit_code == ExitCode.OK, res.output  # report renders; the run's verdict is in the file
+    assert "nan (0.0150)" in res.output and ET.parse(tmp_path / "r.xml") is not None
+    assert re.search(r"mutant_x +│ +│ +0\.250", res.output), res.output

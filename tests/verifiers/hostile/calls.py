@@ -321,6 +321,14 @@ chdir = _hostile(_chdir_and_raise)
 markup_close = _hostile(lambda: _raise(ValueError("[/b] closes a tag it never opened")))
 markup_generic = _hostile(lambda: _raise(TypeError("expected list[int], got [dtype] float64")))
 markup_emoji = _hostile(lambda: _raise(ValueError("shape :x: of :smile: rows")))
+class _Unprintable(ValueError):
+    def __str__(self):
+        raise RuntimeError("no text for you")
+
+
+unprintable_exception = _hostile(lambda: _raise(_Unprintable()))  # its __str__ raises: named, and never followed
+#: text no UTF-8 and no XML can hold: a lone surrogate, NUL, an escape sequence that clears the screen
+unprintable = _hostile(lambda: _raise(ValueError("lone \ud800 NUL \x00 clear \x1b[2J end")))
 
 
 def returns_none(draft, q, p, num_draft, rng):
