@@ -182,7 +182,7 @@ def _kind(value: Any) -> str:
 _CHECK_DATA: dict[str, Any] = {
     "tv": "number?", "tv_null": "number?", "estimate": "number?", "exact": "number?", "n": "integer?",
     "traceback": "string?",
-    "top_cells?": [{"cell": "any", "observed": "number", "expected": "number", "residual": "number"}],
+    "top_cells?": [{"cell": ["integer"], "observed": "number", "expected": "number", "residual": "number"}],
 }
 _INFO: dict[str, Any] = {
     "diagnosis?": {
@@ -220,8 +220,6 @@ def _shaped(value: Any, shape: Any, where: str) -> Any:
                     continue
                 out[k] = _shaped(out[k], inner, f"{where}.{k}")
         return out
-    if shape == "any":
-        return value
     return _of_kind(value, where, shape.rstrip("?"), shape.endswith("?"))
 
 
