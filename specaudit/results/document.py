@@ -385,6 +385,8 @@ def read_document(path: str | Path) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise ResultsFileError(f"cannot read results file {path}: JSON nested too deeply") from None
+    except ValueError as exc:  # a number json parses and Python will not build: an int of 5,000 digits
+        raise ResultsFileError(f"cannot read results file {path}: {str(exc)[:300]}") from None
     from_document(doc, str(path))
     return doc
 

@@ -133,16 +133,49 @@ def _duplicate_key(root: yaml.Node | None) -> tuple[str, int, int] | None:
     return None
 
 
+#: The deepest nesting of mappings and lists a scenario file may have (the schema needs 5: mix, sampling, bias).
+MAX_NESTING = 64
+
+
+def _nesting(text: str) -> tuple[int, int]:
+    """Return (depth, line) of the deepest nesting of ``text``, stopping past MAX_NESTING (events: no recursion).
+
+    PyYAML builds its node tree recursively: a file nested 100,000 levels deep overflowed the C
+    loader's stack (a segfault, killed by signal 11) before any error could be raised.
+    """
+    loader = _YAML_LOADER(text)
+    depth = deepest = line = 0
+    try:
+        while loader.check_event() and deepest <= MAX_NESTING:
+            event = loader.get_event()
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > deepest:
+                    deepest, line = depth, event.start_mark.line + 1
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    finally:
+        loader.dispose()
+    return deepest, line
+
+
 def parse_scenario(text: str, path: str = "<string>") -> LoadedScenario:
     """Parse and validate one scenario document; raise ScenarioError with file:line on any problem."""
     loader = _YAML_LOADER(text)  # a safe loader (C or Python): no arbitrary objects
     try:  # parse once: the node tree (for lines) and the data built from it
+        deepest, line = _nesting(text)
+        if deepest > MAX_NESTING:
+            raise ScenarioError(f"{path}:{line}: nested more than {MAX_NESTING} levels deep (mappings and lists); "
+                                "a scenario needs 5 at most")
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         raise ScenarioError(f"{path}:{line}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    except (ValueError, OverflowError, RecursionError) as exc:  # a value PyYAML parsed and cannot build: an int of
+        # 5,000 digits (Python's int-from-string limit), a date 2026-13-45, nesting deeper than the stack
+        raise ScenarioError(f"{path}: a value YAML cannot build: {type(exc).__name__}: {str(exc)[:300]}") from None
     finally:
         loader.dispose()
     duplicate = _duplicate_key(root)

@@ -227,6 +227,8 @@ def _edited(doc, value, *where):
 # (file text from a good document, what the message must say); each is a ResultsFileError (exit 4), not exit 3
 BAD_DOCUMENTS = {
     "truncated": (lambda doc: json.dumps(doc)[:200], r"cannot read results file .*r\.json: (Expecting|Unterminated)"),
+    "huge-int": (lambda doc: json.dumps(doc).replace('"seed": 1', '"seed": ' + "9" * 5000, 1),
+                 r"cannot read results file .*r\.json: Exceeds the limit \(4300 digits\)"),
     "list": (lambda doc: json.dumps([doc]), r"r\.json: not a specaudit results file \(expected a JSON object, got a list\)"),
     "schema": (lambda doc: json.dumps({**doc, "schema_version": 2}), r"r\.json: not a specaudit results file \(schema_version 2; this specaudit reads 1\)"),
     "no-schema": (lambda doc: json.dumps(_without(doc, "schema_version")), r"\(schema_version None; this specaudit reads 1\)"),

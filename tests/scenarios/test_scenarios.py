@@ -50,6 +50,11 @@ def test_good_scenario_builds_chains():
         (("samples: 100", "samples: 100\ndrafts: [0.5, 0.5]"), r"drafts weights need k \+ 1 = 3 entries"),
         (("name: t", "name: t\nfoo: 1"), r"bad\.yaml:2: foo: unknown key 'foo'; allowed: schema, name"),
         (("length: 2", "length: [2"), r"bad\.yaml:\d+: malformed YAML"),
+        # values PyYAML parses and cannot build, and a nesting its recursive composer would overflow the stack on
+        # (a segfault in the C loader); each was exit 3 or a crash
+        (("k: 2", "k: " + "9" * 5000), r"bad\.yaml: a value YAML cannot build: ValueError: Exceeds the limit \(4300 digits\)"),
+        (("k: 2", "k: 2026-13-45"), r"bad\.yaml: a value YAML cannot build: ValueError: month must be in 1\.\.12"),
+        (("k: 2", "k: " + "[" * 100_000 + "]" * 100_000), r"bad\.yaml:3: nested more than 64 levels deep"),
     ],
 )
 def test_validation_messages_name_file_line_key(edit, match):
