@@ -292,3 +292,24 @@ def test_numpy_fallback_is_announced_once(cli, monkeypatch):
     assert res.exit_code == ExitCode.OK, res.output
     assert res.output.count("the numpy simulator runs instead (same results, slower)") == 1
     assert "the C extension is not built (no C compiler at install time)" in res.output
+
+
+QUICK = ("-s", "markov-v4", "--samples", "2000", "--no-power")
+
+
+def test_a_report_to_a_device_is_written_through_never_replaced(cli):
+    # os.replace onto /dev/null put a regular file in its place (run as root: the system's /dev/null)
+    res = cli("run", "reference", *QUICK, "--html", "/dev/null", "--junit", "/dev/null")
+    assert res.exit_code == ExitCode.OK, res.output
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    if os.path.exists("/dev/full"):  # a device that refuses the bytes: a usage error saying why, the device kept
+        res = cli("run", "reference", *QUICK, "--json", "/dev/full")
+        assert res.exit_code == ExitCode.USAGE_ERROR and "cannot write /dev/full: No space left on device" in res.output
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_an_html_folder_holding_a_folder_of_the_reports_name_is_a_usage_error(tmp_path, cli):
+    (tmp_path / "specaudit-reference.html").mkdir()  # the file --html FOLDER/ picks for target "reference"
+    res = cli("run", "reference", *QUICK, "--html", f"{tmp_path}/")
+    assert res.exit_code == ExitCode.USAGE_ERROR, res.output  # exit 3 (IsADirectoryError) before
+    assert "specaudit-reference.html: Is a directory" in res.output

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specaudit.errors import ResultsFileError, closest
+from specaudit.errors import ResultsFileError, UsageError, closest
 from specaudit.results import (
     Category,
     CheckResult,
@@ -409,8 +409,24 @@ def atomic_write(path: str | Path, data: bytes | str) -> Path:
     file is readable alike; a crash mid-write leaves ``path`` as it was and no temporary file.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8", errors="backslashreplace") if isinstance(data, str) else data
+    try:
+        return _replace(path, raw)
+    except OSError as exc:  # a full disk, a folder where the file should be, a read-only mount: not a bug here
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _replace(path: Path, raw: bytes) -> Path:
+    """Write ``raw`` as :func:`atomic_write` says; a device or a pipe (``/dev/null``, ``/dev/stdout``) is written through.
+
+    ``os.replace`` onto a character device would put a regular file in its place: run as root,
+    ``--html /dev/null`` replaced the system's /dev/null.
+    """
+    if path.exists() and not path.is_file() and not path.is_dir():
+        with open(path, "wb") as fh:  # no temporary file can stand in for a device: written as it is
+            fh.write(raw)
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
     try:

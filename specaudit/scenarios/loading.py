@@ -137,36 +137,53 @@ def _duplicate_key(root: yaml.Node | None) -> tuple[str, int, int] | None:
 MAX_NESTING = 64
 
 
-def _nesting(text: str) -> tuple[int, int]:
-    """Return (depth, line) of the deepest nesting of ``text``, stopping past MAX_NESTING (events: no recursion).
+def _check_shape(text: str, path: str) -> None:
+    """Refuse a document nested past MAX_NESTING, or whose aliases expand past MAX_SCENARIO_BYTES values.
 
-    PyYAML builds its node tree recursively: a file nested 100,000 levels deep overflowed the C
-    loader's stack (a segfault, killed by signal 11) before any error could be raised.
+    Read as a stream of events, which needs no recursion: PyYAML builds its node tree recursively,
+    and a file nested 100,000 levels deep overflowed the C loader's stack (a segfault, signal 11)
+    before any error could be raised. Aliases (``*a``) repeat a node without its bytes: ten levels
+    of nine (the "billion laughs") hung validation; expanded, no file holds more values than its
+    size allows unaliased.
     """
     loader = _YAML_LOADER(text)
-    depth = deepest = line = 0
+    depth, values = 0, 0
+    sizes: dict[str, int] = {}  # each anchor's expanded values
+    opened: list[tuple[str | None, int]] = []  # the anchor of each open collection, and the values before it
     try:
-        while loader.check_event() and deepest <= MAX_NESTING:
+        while loader.check_event():
             event = loader.get_event()
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.AliasEvent):
+                values += sizes.get(event.anchor, 1)
+            elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
-                if depth > deepest:
-                    deepest, line = depth, event.start_mark.line + 1
+                opened.append((event.anchor, values))
+                values += 1
+                if depth > MAX_NESTING:
+                    raise ScenarioError(f"{path}:{line}: nested more than {MAX_NESTING} levels deep (mappings and "
+                                        "lists); a scenario needs 5 at most")
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
+                anchor, before = opened.pop()
+                if anchor is not None:
+                    sizes[anchor] = values - before
+            elif isinstance(event, yaml.ScalarEvent):
+                values += 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = 1
+            if values > MAX_SCENARIO_BYTES:
+                raise ScenarioError(f"{path}:{line}: its aliases (*name) expand to more than {MAX_SCENARIO_BYTES:,} "
+                                    "values, more than any scenario file can hold written out")
     finally:
         loader.dispose()
-    return deepest, line
 
 
 def parse_scenario(text: str, path: str = "<string>") -> LoadedScenario:
     """Parse and validate one scenario document; raise ScenarioError with file:line on any problem."""
     loader = _YAML_LOADER(text)  # a safe loader (C or Python): no arbitrary objects
     try:  # parse once: the node tree (for lines) and the data built from it
-        deepest, line = _nesting(text)
-        if deepest > MAX_NESTING:
-            raise ScenarioError(f"{path}:{line}: nested more than {MAX_NESTING} levels deep (mappings and lists); "
-                                "a scenario needs 5 at most")
+        _check_shape(text, path)
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:

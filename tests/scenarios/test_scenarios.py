@@ -38,6 +38,11 @@ def test_good_scenario_builds_chains():
     np.testing.assert_array_equal(sc.draft_law, [0, 0, 1])
 
 
+#: The "billion laughs": ten levels of nine aliases of the level below (9**10 values; validation hung on it).
+LAUGHS = "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
+
+
 @pytest.mark.parametrize(
     "edit, match",
     [
@@ -55,6 +60,7 @@ def test_good_scenario_builds_chains():
         (("k: 2", "k: " + "9" * 5000), r"bad\.yaml: a value YAML cannot build: ValueError: Exceeds the limit \(4300 digits\)"),
         (("k: 2", "k: 2026-13-45"), r"bad\.yaml: a value YAML cannot build: ValueError: month must be in 1\.\.12"),
         (("k: 2", "k: " + "[" * 100_000 + "]" * 100_000), r"bad\.yaml:3: nested more than 64 levels deep"),
+        (("name: t", LAUGHS + "name: t"), r"bad\.yaml:\d+: its aliases \(\*name\) expand to more than 4,194,304 values"),
     ],
 )
 def test_validation_messages_name_file_line_key(edit, match):
