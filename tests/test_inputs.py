@@ -313,3 +313,13 @@ def test_an_html_folder_holding_a_folder_of_the_reports_name_is_a_usage_error(tm
     res = cli("run", "reference", *QUICK, "--html", f"{tmp_path}/")
     assert res.exit_code == ExitCode.USAGE_ERROR, res.output  # exit 3 (IsADirectoryError) before
     assert "specaudit-reference.html: Is a directory" in res.output
+
+
+def test_a_baseline_path_with_an_escape_sequence_is_shown_escaped(tmp_path, cli):
+    first = tmp_path / "r.json"
+    assert cli("run", "reference", *QUICK, "--json", str(first)).exit_code == ExitCode.OK
+    base = tmp_path / "b\x1b[2J.json"
+    base.write_bytes(first.read_bytes())
+    res = cli("report", str(first), "--baseline", str(base))
+    assert res.exit_code == ExitCode.OK, res.output
+    assert "\x1b" not in res.output and "against baseline" in res.output and r"b\x1b[2J.json" in res.output

@@ -8,6 +8,7 @@ and ``$GITHUB_STEP_SUMMARY`` in the GitHub documentation.
 """
 
 # no ``from __future__ import annotations``: this module's public function ``annotations`` would shadow it
+import html
 import os
 import re
 from collections.abc import Mapping
@@ -104,6 +105,15 @@ def _code(text: Any) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def _md(text: Any) -> str:
+    """Return ``text`` as one line of Markdown text: controls as escapes, no tag, no table cell break, no new line.
+
+    A verifier's message goes into the summary's Failures list: a new line in it started a list
+    item of the verifier's own, a ``<script>`` was left for the page to sanitise.
+    """
+    return html.escape(fmt.visible(text).replace("\n", " ")).replace("|", "\\|")
+
+
 def summary_markdown(result: RunResult) -> str:
     """Return the Markdown job summary: verdict, one row per scenario x check, failures, baseline."""
     status = result.status.value
@@ -118,32 +128,32 @@ def summary_markdown(result: RunResult) -> str:
     ]
     for s in result.scenarios:
         for label, err in s.reported_errors():
-            lines.append(f"| {label} | {err.kind} | | | **error** |")
+            lines.append(f"| {_md(label)} | {_md(err.kind)} | | | **error** |")
         for c in s.reported_checks():
             p = c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue
             stat = fmt.optional(None if c.statistic is None else float(c.statistic))
             verdict = c.status.value
             verdict = f"**{verdict}**" if c.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) else verdict
-            lines.append(f"| {s.name} | {c.name} | {stat} | {fmt.pvalue(p)} | {verdict}{'' if c.gate else ' (not gating)'} |")
+            lines.append(f"| {_md(s.name)} | {_md(c.name)} | {stat} | {fmt.pvalue(p)} | {verdict}{'' if c.gate else ' (not gating)'} |")
     problems = []
     for s in result.scenarios:
         best = _best(s.info)
         failed = [c for c in s.reported_checks() if c.status in (Status.FAILED, Status.ERROR)]
         for c in failed:
-            problems.append(f"- **{s.name} / {c.name}**: {c.summary}")
+            problems.append(f"- **{_md(s.name)} / {_md(c.name)}**: {_md(c.summary)}")
             top = (c.data or {}).get("top_cells") or []
             if top:
                 cells = ", ".join(f"{_code(t['cell'])} {t['observed']} vs {float(t['expected']):.1f}" for t in top[:3])
                 problems.append(f"  - most deviating: {cells}")
         if best and failed:
-            problems.append(f"  - looks like: **{best['mutant']}**, {best['description']} (similarity {best['similarity']:.2f})")
+            problems.append(f"  - looks like: **{_md(best['mutant'])}**, {_md(best['description'])} (similarity {best['similarity']:.2f})")
     if problems:
         lines += ["", "### Failures", "", *problems]
     base = result.baseline
     if base is not None:
         lines += ["", f"### Against the baseline {_code(base.path)}", ""]
-        lines += [f"- ❌ {r['message']}" for r in base.regressions] or ["- no regressions"]
-        lines += [f"- not comparable: {r}" for r in base.not_comparable]
+        lines += [f"- ❌ {_md(r['message'])}" for r in base.regressions] or ["- no regressions"]
+        lines += [f"- not comparable: {_md(r)}" for r in base.not_comparable]
     return "\n".join(lines) + "\n"
 
 

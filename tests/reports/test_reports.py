@@ -395,3 +395,12 @@ def test_reported_values_that_may_be_absent_or_not_finite_still_render(tmp_path,
     assert res.exit_code == ExitCode.OK, res.output  # report renders; the run's verdict is in the file
     assert "nan (0.0150)" in res.output and ET.parse(tmp_path / "r.xml") is not None
     assert re.search(r"mutant_x +│ +│ +0\.250", res.output), res.output
+
+
+def test_the_github_summary_holds_a_verifiers_text_on_its_own_line_as_text():
+    doc = document(passing())
+    probe = next(c for c in doc["scenarios"][0]["checks"] if c["name"] == "determinism")
+    probe.update(status="error", summary="raised: a|b\n- injected item <script>alert(1)</script> \x1b[2J")
+    md = github.summary_markdown(from_document(doc))
+    assert "\n- injected" not in md and "<script>" not in md and "\x1b" not in md
+    assert r"raised: a\|b - injected item &lt;script&gt;alert(1)&lt;/script&gt; \x1b[2J" in md
