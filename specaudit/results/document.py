@@ -125,6 +125,8 @@ def _need(d: Mapping[str, Any], key: str, where: str) -> Any:
     return d[key]
 
 
+#: The largest number a float holds (an int beyond it, 10**400 say, ends any float format).
+_LARGEST = 1.7976931348623157e308
 #: What each typed field may hold: JSON kinds, by the name used in messages.
 _KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
 
@@ -142,6 +144,9 @@ def _of_kind(value: Any, spot: str, kind: str, optional: bool = False) -> Any:
     if kind == "number":
         value = _float(value)
     ok = isinstance(value, _KINDS[kind]) and (kind == "boolean" or not isinstance(value, bool))
+    if ok and kind == "number" and isinstance(value, int) and abs(value) > _LARGEST:  # no float holds it: formats fail
+        raise _Bad(spot, f"an integer of {len(str(abs(value)))} digits is out of range; allowed: a number a float "
+                         f"can hold (up to {_LARGEST:.3g})")
     if not ok:
         raise _Bad(spot, f"expected {'an' if kind == 'integer' else 'a'} {kind}{' or null' if optional else ''}, "
                          f"got {_kind(value)}{'' if value is None else f' {value!r:.40}'}")
@@ -180,20 +185,23 @@ def _kind(value: Any) -> str:
 #: Other keys are free. A hand-edited file whose ``tv`` is a string is refused here (exit 4), not in a
 #: reporter's format string (exit 3); numbers written as "nan" or "inf" come back as floats.
 _CHECK_DATA: dict[str, Any] = {
-    "tv": "number?", "tv_null": "number?", "estimate": "number?", "exact": "number?", "n": "integer?",
+    "tv": "number?", "tv_null": "number?", "estimate": "number?", "exact": "number?", "stderr": "number?", "n": "integer?",
     "traceback": "string?",
     "top_cells?": [{"cell": ["integer"], "observed": "number", "expected": "number", "residual": "number"}],
 }
 _INFO: dict[str, Any] = {
     "diagnosis?": {
         "best?": {"mutant": "string", "description": "string", "similarity": "number", "mirrors": "string"},
-        "candidates?": [{"mutant": "string", "description": "string?", "similarity": "number"}],
+        "candidates?": [{"mutant": "string", "description": "string", "similarity": "number"}],
         "min_similarity": "number?",
     },
     "sensitivity?": {"samples": "integer", "groups": "integer", "detectable_tv": "number", "alpha": "number",
                      "family_alpha": "number", "tests": "integer", "target_power": "number", "flag": "string?"},
     "power?": {"*": ("number", {"kind": "string?", "power": "number?", "same_law": "boolean?"})},
 }
+#: What the reports read of a run's ``settings`` (the reproduce line, the certificate line).
+_SETTINGS: dict[str, Any] = {"samples": "integer?", "timeout": "number?", "certify_tv": "number?", "alpha": "number?",
+                             "gate_efficiency": "boolean?", "early_stop": "boolean?", "adapter": "string?"}
 
 
 def _shaped(value: Any, shape: Any, where: str) -> Any:
@@ -308,8 +316,10 @@ def _tv_bound(value: Any, where: str) -> TVBound:
 
 def _row(value: Any, where: str) -> ComparisonRow:
     d = _object(value, where)
-    return ComparisonRow(**{f.name: _need(d, f.name, where) for f in dataclasses.fields(ComparisonRow) if f.name != "note"},
-                         note=d.get("note", ""))
+    kinds = {"scenario": "string", "old_status": "string?", "new_status": "string?", "old_tps": "number?",
+             "new_tps": "number?", "tps_change": "number?", "comparable": "boolean"}
+    return ComparisonRow(**{name: _of_kind(_need(d, name, where), f"{where}.{name}", kind.rstrip("?"), kind.endswith("?"))
+                            for name, kind in kinds.items()}, note=_typed(d, "note", where, "string", ""))
 
 
 def _comparison(value: Any, where: str) -> Comparison:
@@ -318,10 +328,10 @@ def _comparison(value: Any, where: str) -> Comparison:
         path=_need(d, "path", where),
         version=_need(d, "version", where),
         started=_need(d, "started", where),
-        rules=tuple(_need(d, "rules", where)),
+        rules=_items(_need(d, "rules", where), f"{where}.rules", lambda v, w: v),
         rows=_items(_need(d, "rows", where), f"{where}.rows", _row),
         regressions=_items(d.get("regressions", []), f"{where}.regressions", _object),
-        not_comparable=tuple(d.get("not_comparable", [])),
+        not_comparable=_items(d.get("not_comparable", []), f"{where}.not_comparable", lambda v, w: _of_kind(v, w, "string")),
     )
 
 
@@ -353,7 +363,7 @@ def from_document(doc: Any, source: str = "results document") -> RunResult:
             interrupted=_typed(doc, "interrupted", "", "boolean", False),
             started=_typed(doc, "started", "", "string", ""),
             seconds=_typed(doc, "seconds", "", "number", 0.0),
-            settings=_object(doc.get("settings", {}), "settings"),
+            settings=_shaped(doc.get("settings", {}), _SETTINGS, "settings"),
             environment=_object(doc.get("environment", {}), "environment"),
             partial=_typed(doc, "partial", "", "boolean", False),
             baseline=_comparison(base, "baseline") if base else None,

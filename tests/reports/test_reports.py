@@ -404,3 +404,17 @@ def test_the_github_summary_holds_a_verifiers_text_on_its_own_line_as_text():
     md = github.summary_markdown(from_document(doc))
     assert "\n- injected" not in md and "<script>" not in md and "\x1b" not in md
     assert r"raised: a\|b - injected item &lt;script&gt;alert(1)&lt;/script&gt; \x1b[2J" in md
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    (("settings", "timeout"), "x", r"settings\.timeout: expected a number or null, got a string 'x'"),
+    (("scenarios", 0, "checks", 0, "statistic"), 10**400, r"checks\[0\]\.statistic: an integer of 401 digits is out of range"),
+    (("scenarios", 0, "info", "diagnosis", "candidates", 0, "description"), None,
+     r"diagnosis\.candidates\[0\]\.description: expected a string, got null"),
+])
+def test_a_value_the_html_or_a_number_format_reads_is_checked_too(tmp_path, where, value, message, cli):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_edited(document(failing()), value, *where)))
+    res = cli("report", str(path), "--html", str(tmp_path / "r.html"))
+    assert res.exit_code == ExitCode.USAGE_ERROR, res.output
+    assert re.search(message, res.output), res.output
