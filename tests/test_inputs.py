@@ -322,4 +322,5 @@ def test_a_baseline_path_with_an_escape_sequence_is_shown_escaped(tmp_path, cli)
     base.write_bytes(first.read_bytes())
     res = cli("report", str(first), "--baseline", str(base))
     assert res.exit_code == ExitCode.OK, res.output
-    assert "\x1b" not in res.output and "against baseline" in res.output and r"b\x1b[2J.json" in res.output
+    assert "\x1b" not in res.output and "against baseline" in res.output
+    assert r"b\x1b[2J.json" in "".join(res.output.split())  # the title may wrap a long path

@@ -25,7 +25,7 @@ from specaudit.engine.run import finish
 from specaudit.engine.scenario import tv_bound
 from specaudit.engine.settings import RunSettings, adapter_of
 from specaudit.engine.supervisor import supervised_remeasure
-from specaudit.errors import UsageError
+from specaudit.errors import ResultsFileError, SpecauditError, UsageError
 from specaudit.results import CheckResult, ErrorInfo, RunResult, ScenarioResult, Status
 from specaudit.results.document import scenario_from_dict
 from specaudit.scenarios.loading import LoadedScenario
@@ -99,6 +99,37 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
     paths = list(paths or [f"<document {i}>" for i in range(len(docs))])
     if not docs:
         raise UsageError("nothing to merge: give the JSON of every shard")
+    try:
+        first, n, settings, out, specs = _combined(docs, paths)
+        seconds = max(float(d.get("seconds", 0.0)) for d in docs)
+    except SpecauditError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        # every value read here is a shard file's: one a specaudit run never writes (a hand-edited tally, a
+        # scenario that no longer validates) is the file's fault, named as such (exit 4), never exit 3
+        what = str(exc).splitlines()[0][:300] if str(exc) else ""
+        raise ResultsFileError(f"{', '.join(paths)}: the shards cannot be merged: a value no specaudit run writes "
+                               f"({type(exc).__name__}{': ' + what if what else ''})") from None
+    remeasure: Callable[[int, int, int], ScenarioResult] | None = None
+    if rerun is not None:  # the verifier at hand: SUSPECT scenarios are re-run as `specaudit run` would
+        loaded = [LoadedScenario(spec, o.path, o.line) for spec, o in zip(specs, out)]
+        measure_again = supervised_remeasure(rerun, loaded, settings)
+
+        def remeasure(i: int, fresh_seed: int, samples: int) -> ScenarioResult:
+            if announce is not None:
+                announce(out[i].name, samples, out[i].seconds * samples / max(out[i].samples, 1))
+            return measure_again(i, fresh_seed, samples)
+
+    return finish(
+        first["target"], out, specs, settings,
+        started=min(d.get("started", "") for d in docs), elapsed=lambda: seconds, remeasure=remeasure,
+        adapter=adapter_of(first), recorded={"merged_shards": n, **({"rerun": rerun} if rerun else {})},
+    )
+
+
+def _combined(docs: Sequence[dict[str, Any]], paths: Sequence[str]) -> tuple[dict[str, Any], int, RunSettings,
+                                                                            list[ScenarioResult], list[Scenario]]:
+    """Return (the first shard, the shard count, the run's settings, the merged results, their scenarios)."""
     found = _check_together(docs, paths)
     order = sorted(range(len(docs)), key=lambda k: found[k][0])
     docs = [docs[k] for k in order]
@@ -147,22 +178,7 @@ def merge_documents(docs: Sequence[dict[str, Any]], paths: Sequence[str] | None 
         extra["merged"] = {"shards": n, "blocks": bench.blocks}
         out.append(dataclasses.replace(base, samples=spec.samples, checks=checked, info=extra,
                                        tv_bound=tv_bound(measured, settings)))
-    seconds = max(d.get("seconds", 0.0) for d in docs)
-    remeasure: Callable[[int, int, int], ScenarioResult] | None = None
-    if rerun is not None:  # the verifier at hand: SUSPECT scenarios are re-run as `specaudit run` would
-        loaded = [LoadedScenario(spec, o.path, o.line) for spec, o in zip(specs, out)]
-        measure_again = supervised_remeasure(rerun, loaded, settings)
-
-        def remeasure(i: int, fresh_seed: int, samples: int) -> ScenarioResult:
-            if announce is not None:
-                announce(out[i].name, samples, out[i].seconds * samples / max(out[i].samples, 1))
-            return measure_again(i, fresh_seed, samples)
-
-    return finish(
-        first["target"], out, specs, settings,
-        started=min(d.get("started", "") for d in docs), elapsed=lambda: seconds, remeasure=remeasure,
-        adapter=adapter_of(first), recorded={"merged_shards": n, **({"rerun": rerun} if rerun else {})},
-    )
+    return first, n, settings, out, specs
 
 
 def unsettled_suspects(result: RunResult) -> list[str]:

@@ -117,3 +117,19 @@ def test_a_probe_error_in_one_shard_fails_the_merge(tmp_path, monkeypatch):
     merged = runner.invoke(main, ["merge", str(tmp_path / "s0.json"), str(tmp_path / "s1.json")])
     assert merged.exit_code == ExitCode.CHECKS_FAILED, merged.output
     assert "ERROR (1 error)" in merged.output and "determinism" in merged.output, merged.output
+
+
+def test_a_shard_holding_values_no_run_writes_is_a_usage_error_naming_the_files(tmp_path):
+    # the merge reads each shard's tallies, scenario and settings itself: a hand-edited one ended it with exit 3
+    runner = CliRunner()
+    paths = [path for _, path in _shards(runner, tmp_path, "reference")]
+    good = json.loads(paths[0].read_text())
+    for edit in (lambda d: d["scenarios"][0]["info"].__setitem__("tally", "x"),
+                 lambda d: d["scenarios"][0]["info"]["scenario"].__setitem__("vocab", "x"),
+                 lambda d: d["scenarios"][0].__setitem__("seconds", "inf")):
+        doc = json.loads(json.dumps(good))
+        edit(doc)
+        paths[0].write_text(json.dumps(doc))
+        res = runner.invoke(main, ["merge", *map(str, paths)])
+        assert res.exit_code == ExitCode.USAGE_ERROR, res.output
+        assert "the shards cannot be merged: a value no specaudit run writes" in res.output and "s0.json" in res.output
