@@ -10,11 +10,14 @@ rather than show (an escape sequence in a verifier's message) goes through :func
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FLOOR", "number", "optional", "pvalue", "pvalue_clause", "visible"]
+__all__ = ["FLOOR", "number", "optional", "pvalue", "pvalue_clause", "shown", "visible"]
 
 #: What a terminal acts on rather than shows: the C0 controls but tab and newline, DEL and the C1 controls.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -74,3 +77,23 @@ def visible(text: Any) -> str:
     sequence in it would colour, retitle or clear the user's terminal, and in a file it is noise.
     """
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def shown(value: Any) -> Any:
+    """Return ``value`` (a result, a comparison: frozen dataclasses, dicts, lists) with :func:`visible` applied to every string.
+
+    The terminal report prints what a verifier, a user or a results file wrote (names, messages,
+    tracebacks, paths, a diagnosis): it renders ``shown(result)``, so no string reaches the
+    terminal unescaped, whichever field holds it. Enums (statuses) and numbers are kept.
+    """
+    if isinstance(value, enum.Enum):
+        return value
+    if isinstance(value, str):
+        return visible(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: shown(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, Mapping):
+        return {shown(k): shown(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(shown(v) for v in value)
+    return value

@@ -8,7 +8,6 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from specaudit.reports import format as fmt
 from specaudit.reports.columns import Cell, Column, fit_first, fit_matrix
 from specaudit.results import RunResult
 
@@ -79,7 +78,7 @@ def power_table(result: RunResult, verbosity: int = 0, width: int | None = None)
     for s, sens, per in rows:
         bug = _entry(per.get("resample_from_p"))
         style = "yellow" if sens.get("flag") else ""
-        body.append([fmt.visible(s.name), f"{sens['samples']:,}", str(sens["groups"]), _tv(sens["detectable_tv"]),
+        body.append([s.name, f"{sens['samples']:,}", str(sens["groups"]), _tv(sens["detectable_tv"]),
                      Text(_power(bug.get("power")) if bug else "", style=style), _weak(per)])
     table = fit_first(_POWER_COLUMNS, body, width, title=title)
     if table is not None:
@@ -93,7 +92,7 @@ def power_table(result: RunResult, verbosity: int = 0, width: int | None = None)
 
 def mutant_table(result: RunResult, width: int | None = None) -> list[RenderableType] | None:
     """Return the full matrix: power of every scenario's joint-law check against every mutant."""
-    rows = [(fmt.visible(s.name), s.info.get("power") or {}) for s in result.scenarios if s.info.get("power")]
+    rows = [(s.name, s.info.get("power") or {}) for s in result.scenarios if s.info.get("power")]
     if not rows:
         return None
     names = list(rows[0][1])
@@ -117,7 +116,7 @@ def render_power(result: RunResult, console: Console, verbosity: int = 0) -> Non
     for s in result.scenarios:
         flag = (s.info.get("sensitivity") or {}).get("flag")
         if flag:
-            console.print(Text.assemble(("flagged: ", "bold yellow"), (f"{fmt.visible(s.name)}: ", "bold"), fmt.visible(flag)))
+            console.print(Text.assemble(("flagged: ", "bold yellow"), (f"{s.name}: ", "bold"), flag))
 
 
 def render_plan(plans: list[Any], console: Console) -> None:

@@ -38,11 +38,10 @@ def _groups(result: RunResult) -> list[tuple[str, list[list[Cell]]]]:
     for s in result.scenarios:
         # a SUSPECT scenario's re-run (fresh seed, 4x samples) follows its first result
         for part in s.attempts():
-            name = fmt.visible(s.name)  # a hand-edited results file may hold any text: shown, never run
-            label = name if part is s else f"{name} (re-run, N {part.samples:,})"
+            label = s.name if part is s else f"{s.name} (re-run, N {part.samples:,})"
             if part.error is not None:
                 where = f" [{part.error.clause}]" if part.error.clause else ""
-                groups.append((label, [[Text(fmt.visible(f"{part.error.kind}{where}")), "", "", "", "", Text("error", STYLE[Status.ERROR])]]))
+                groups.append((label, [[Text(f"{part.error.kind}{where}"), "", "", "", "", Text("error", STYLE[Status.ERROR])]]))
                 continue
             rows: list[list[Cell]] = []
             for c in part.checks:
@@ -54,7 +53,7 @@ def _groups(result: RunResult) -> list[tuple[str, list[list[Cell]]]]:
                 stat = "" if c.statistic is None else (f"{c.statistic:.1f}" + (f"/{c.df}df" if c.df is not None else ""))
                 verdict = Text(c.status.value + ("" if c.gate else " (not gating)"), STYLE[c.status])
                 p = fmt.pvalue(c.adjusted_pvalue if c.adjusted_pvalue is not None else c.pvalue)
-                rows.append([Text(fmt.visible(c.name)), stat, p, tv, tps, verdict])
+                rows.append([Text(c.name), stat, p, tv, tps, verdict])
             groups.append((label, rows))
     return groups
 
@@ -78,7 +77,7 @@ def summary_table(result: RunResult, width: int | None = None) -> RenderableType
     above its checks, indented (with the outer border, then without), then not indented; plain lines.
     A number or a check name is never cut (issue 19).
     """
-    title = Text(fmt.visible(f"specaudit {result.version}: {result.target}"))
+    title = Text(f"specaudit {result.version}: {result.target}")
     groups = _groups(result)
     flat = [[Text(label), *row] for label, rows in groups for row in rows]
     table = fit((Column("scenario"), *_CHECK_COLUMNS), flat, width, title=title)
@@ -104,17 +103,17 @@ _CELL_COLUMNS = (Column("sequence", breaks="none"), Column("observed"), Column("
 
 def _details(console: Console, s: ScenarioResult) -> None:
     for label, error in s.reported_errors():  # the first attempt's, and a re-run's that could not run
-        console.print(Text.assemble((fmt.visible(label), "bold magenta"), f": {fmt.visible(error.message)}"))  # text, never markup
+        console.print(Text.assemble((label, "bold magenta"), f": {error.message}"))  # text, never markup
         if error.traceback:
-            console.print(Text(fmt.visible(error.traceback), style="dim"))
+            console.print(Text(error.traceback, style="dim"))
     if s.error is not None:
         return
     for c in s.reported_checks():  # a re-run's too, labelled "(re-run)"
         if c.status not in (Status.FAILED, Status.SUSPECT, Status.ERROR):
             continue
-        console.print(Text.assemble((fmt.visible(f"{s.name} / {c.name}: "), "bold"), fmt.visible(c.summary)))
+        console.print(Text.assemble((f"{s.name} / {c.name}: ", "bold"), c.summary))
         if c.status is Status.ERROR and c.data.get("traceback"):  # a probe the verifier crashed in: where
-            console.print(Text(fmt.visible(c.data["traceback"]), style="dim"))
+            console.print(Text(str(c.data["traceback"]), style="dim"))
         top = c.data.get("top_cells") or []
         if top:
             rows: list[list[Cell]] = [[str(cell["cell"]), str(cell["observed"]), f"{cell['expected']:.1f}",
@@ -143,12 +142,13 @@ def _diagnosis(console: Console, s: ScenarioResult) -> None:
 
 def render_baseline(comparison: Comparison, console: Console, verbosity: int = 0) -> None:
     """Print the comparison with a baseline run (``RunResult.baseline``); -q: regressions only."""
+    comparison = fmt.shown(comparison)  # its paths, names and notes as text (see `render`)
     if verbosity >= 0:
         _baseline_table(comparison, console)
     for reg in comparison.regressions:
-        console.print(Text.assemble(("regression: ", "bold red"), fmt.visible(reg["message"])))
+        console.print(Text.assemble(("regression: ", "bold red"), reg["message"]))
     if comparison.not_comparable:
-        console.print(Text(fmt.visible(f"not comparable (scenario changed): {', '.join(comparison.not_comparable)}"), style="yellow"))
+        console.print(Text(f"not comparable (scenario changed): {', '.join(comparison.not_comparable)}", style="yellow"))
 
 
 _BASELINE_COLUMNS = (
@@ -165,9 +165,8 @@ def _baseline_table(comparison: Comparison, console: Console) -> None:
     for r in comparison.rows:
         tps = f"{fmt.optional(r.old_tps, '.4f')} -> {fmt.optional(r.new_tps, '.4f')}" if r.old_tps is not None or r.new_tps is not None else ""
         change = "" if r.tps_change is None else f"{100 * r.tps_change:+.2f}%"
-        rows.append([Text(fmt.visible(r.scenario)), fmt.visible(f"{r.old_status or '-'} -> {r.new_status or '-'}"), tps, change,
-                     Text(fmt.visible(r.note))])
-    title = fmt.visible(f"against baseline {comparison.path}")
+        rows.append([Text(r.scenario), f"{r.old_status or '-'} -> {r.new_status or '-'}", tps, change, Text(r.note)])
+    title = f"against baseline {comparison.path}"
     table = fit_first(_BASELINE_COLUMNS, rows, console.width, title=title)
     if table is None:  # narrower than any table: natural widths, rich wraps what it must
         table = fit(_BASELINE_COLUMNS, rows, None, title=title)
@@ -188,9 +187,9 @@ def certificate_line(s: ScenarioResult, certify: bool = False) -> Text | None:
     if b is None:
         if not certify or s.status is Status.ERROR:
             return None
-        return Text.assemble((f"{fmt.visible(s.name)}: ", "bold"), ("no TV certificate (no enumerated joint law to bound: exact, "
+        return Text.assemble((f"{s.name}: ", "bold"), ("no TV certificate (no enumerated joint law to bound: exact, "
                                                         "greedy or per-prefix checks)", "dim"))
-    line = Text.assemble((f"{fmt.visible(s.name)}: ", "bold"), f"TV <= {b.bound:.4f} at {100 * b.confidence:g}% ",
+    line = Text.assemble((f"{s.name}: ", "bold"), f"TV <= {b.bound:.4f} at {100 * b.confidence:g}% ",
                          (f"(plug-in TV {b.tv:.4f} + Hoeffding, {b.sequences:,} sequences)", "dim"))
     if b.certified:
         line.append(f" certified <= {b.target:g}", style="green")
@@ -202,6 +201,7 @@ def certificate_line(s: ScenarioResult, certify: bool = False) -> Text | None:
 
 def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     """Print the run: table (unless quiet), failure details, and the final line."""
+    result = fmt.shown(result)  # every string a verifier, a user or a results file wrote: control characters escaped
     if verbosity >= 0:
         console.print(summary_table(result, console.width))
         render_power(result, console, verbosity)  # the run's sensitivity: what each scenario could detect

@@ -418,3 +418,20 @@ def test_a_value_the_html_or_a_number_format_reads_is_checked_too(tmp_path, wher
     res = cli("report", str(path), "--html", str(tmp_path / "r.html"))
     assert res.exit_code == ExitCode.USAGE_ERROR, res.output
     assert re.search(message, res.output), res.output
+
+
+def test_the_terminal_shows_every_string_of_a_results_file_as_text():
+    # one pass over the whole result (format.shown): the diagnosis, a check's name, the target, a flag, not a
+    # chosen few fields (a hand-edited diagnosis printed a raw escape sequence)
+    doc = document(failing())
+    s = doc["scenarios"][0]
+    s["info"]["diagnosis"]["best"]["description"] = "clears \x1b[2J the screen"
+    s["checks"][0]["name"] = "joint\x07law"
+    s["info"]["sensitivity"]["flag"] = "flag \x1b]0;title\x07"
+    doc["target"] = "mod\x1b[31m:verify"
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    terminal.render(from_document(doc), console, verbosity=1)
+    text = console.file.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert r"clears \x1b[2J the screen" in text and r"joint\x07law" in text and r"mod\x1b[31m:verify" in text
+    assert r"flag \x1b]0;title\x07" in text
