@@ -302,6 +302,21 @@ def test_a_written_certificate_and_a_null_one_read_back(cli, tmp_path, command):
             assert ("TV <= 0.5" in result.output) is shown, result.output
 
 
+@pytest.mark.parametrize("alpha, shown", [(float("nan"), "nan"), ("inf", "inf"), (0, "0"), (1, "1"), (-0.1, r"-0\.1"),
+                                           (2.5, r"2\.5")])
+@pytest.mark.parametrize("command", ["report", "merge"])
+def test_a_family_wise_alpha_outside_0_1_is_refused_by_report_and_merge(cli, tmp_path, alpha, shown, command):
+    """The reports divide alpha by the tests and print it; a hand-edited NaN or 0 was read as a run's alpha."""
+    whole, s0, s1 = _documents()
+    doc = json.loads(whole if command == "report" else s0)
+    doc["alpha"] = alpha
+    path = _write(tmp_path, json.dumps(doc), "a.json")
+    result = cli("report", path, "-q") if command == "report" else cli("merge", path, _write(tmp_path, s1, "s1.json"), "-q")
+    assert result.exit_code == ExitCode.USAGE_ERROR, result.output
+    assert re.search(rf"a\.json: not a specaudit results file: alpha: {shown} is out of range; allowed: a family-wise "
+                     r"alpha, 0 < alpha < 1", result.output), result.output
+
+
 def test_the_reader_refuses_a_bad_certificate_through_the_python_api():
     doc = json.loads(_with(_documents()[0], {"bound": float("inf")}))
     with pytest.raises(ResultsFileError, match=r"^r\.json: not a specaudit results file: scenarios\[0\]\.tv_bound\.bound: "

@@ -285,7 +285,7 @@ def _in_range(d: Mapping[str, Any], key: str, where: str, ok: Callable[[float], 
     value = _typed(d, key, where, "integer" if kw.pop("integer", False) else "number", **kw)
     # an int is finite however large (math.isfinite would overflow converting it to a float)
     if value is not None and not ((isinstance(value, int) or math.isfinite(value)) and ok(value)):
-        raise _Bad(f"{where}.{key}", f"{value!r} is out of range; allowed: {allowed}")
+        raise _Bad(f"{where}.{key}" if where else key, f"{value!r} is out of range; allowed: {allowed}")
     return value
 
 
@@ -356,7 +356,7 @@ def from_document(doc: Any, source: str = "results document") -> RunResult:
         base = doc.get("baseline")
         return RunResult(
             target=_typed(doc, "target", "", "string"),
-            alpha=_typed(doc, "alpha", "", "number"),
+            alpha=_in_range(doc, "alpha", "", lambda x: 0.0 < x < 1.0, "a family-wise alpha, 0 < alpha < 1"),
             seed=_typed(doc, "seed", "", "integer", None, optional=True),
             version=_typed(doc, "version", "", "string", "?"),
             scenarios=_items(_need(doc, "scenarios", ""), "scenarios", _scenario),
