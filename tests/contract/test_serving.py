@@ -406,7 +406,8 @@ def test_scenarios_without_serving_keys_draw_and_score_exactly_as_before():
     result = specaudit.run("reference-logits", ["sampling-mixed"], contract="logits", samples=20_000)
     s = result.scenarios[0]
     assert s.check("joint-law").statistic == 28.38145099484279
-    # the saddlepoint score of the same moments (the studentised delta-method z recorded then: 1.6305386183287562)
-    assert s.check("tokens-per-step").statistic == 1.6326410061991181
+    # the saddlepoint score of the same moments (the studentised delta-method z recorded then: 1.6305386183287562);
+    # a root found by scipy, whose last digits move between its releases (1.17.1 reads 1.6326410061994319)
+    assert s.check("tokens-per-step").statistic == pytest.approx(1.6326410061991181, rel=1e-12)
     assert s.check("tokens-per-step").data["estimate"] == pytest.approx(3.357775590551181, rel=1e-15)
     assert s.check("accept-length").statistic == 3.984545221500025
