@@ -302,17 +302,22 @@ def measure_units(
     ex = _executor(units, jobs, backend, address, timeout)
     pending: dict[Future, tuple[int, int]] = {}
     ending: dict[int, Outcome] = {}  # decided units whose blocks still run (``decided``)
+    ran: set[int] = set()  # units whose blocks this pool's workers ran: a thread of theirs may end a worker later
 
     def lost(i: int) -> Iterator[tuple[int, Outcome]]:
-        """A worker died (os._exit, a signal): unit ``i`` and every unit with blocks in flight may be the one.
+        """A worker died (os._exit, a signal): unit ``i``, every unit with blocks in flight and every
+        undecided unit whose blocks this pool ran (a thread a block left behind ends a worker
+        between blocks, or in another unit's block) may be the one.
 
         Each is an ERROR, never a pass; the pool is replaced for the units that go on. With
-        several units in flight, ``doubt`` hears of them first (a supervised child ends there,
-        and its supervisor measures them again one at a time).
+        several suspects, ``doubt`` hears of them first (a supervised child ends there, and its
+        supervisor measures them again one at a time).
         """
         nonlocal ex
-        hit = sorted({i, *(j for j, _ in pending.values())} - {j for j in range(n) if done[j] and j not in ending})
+        suspects = {i, *ran, *(j for j, _ in pending.values())}
+        hit = sorted(suspects - {j for j in range(n) if done[j] and j not in ending})
         pending.clear()
+        ran.clear()
         ex.close()
         if len(hit) > 1 and doubt is not None:
             doubt(hit)
@@ -348,6 +353,7 @@ def measure_units(
                         sent[i] += 1
                         fut = ex.submit(i, u, u.blocks[pos], tick(i))
                         pending[fut] = (i, pos)
+                        ran.add(i)
                     if len(pending) >= ex.slots:
                         break
             except Exception as exc:  # a worker died between two blocks (a thread of the verifier's ended it)
