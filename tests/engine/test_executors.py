@@ -102,6 +102,21 @@ def test_a_worker_that_dies_beside_blocks_of_two_units_is_put_in_doubt_first(mon
     assert errors[0].kind == DIED and errors[1].kind == DIED  # unsupervised (no doubt to settle it): both, never a pass
 
 
+def test_a_worker_death_is_also_put_on_an_undecided_unit_whose_blocks_ran_in_that_pool(monkeypatch):
+    # unit 1's first block left a thread behind that ends a worker later, in a block of unit 0; unit 1 had no block in
+    # flight then (it waited at its first look): it was left out, and unit 0 alone was charged with the death
+    doubted: list[list[int]] = []
+
+    def outcome(i: int, block: int) -> Any:
+        return BrokenProcessPool("a worker died") if (i, block) == (0, 1) else _tally(block)
+
+    a, b = _unit("a", 3), _unit("b", 2)
+    a.looks, b.looks = [1, 3], [1, 2]
+    errors = _measure(monkeypatch, outcome, [a, b], slots=2, doubt=doubted.append)
+    assert doubted == [[0, 1]]
+    assert errors[0].kind == DIED and errors[1].kind == DIED
+
+
 @pytest.mark.parametrize("slots", [1, 2, 4])
 def test_clean_units_all_come_out_clean_however_many_run_at_once(monkeypatch, slots):
     errors = _measure(monkeypatch, lambda i, block: _tally(block), [_unit("a", 3), _unit("b", 2), _unit("c", 1)], slots)
