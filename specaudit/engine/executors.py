@@ -236,9 +236,9 @@ class _Ray:
 
 
 def _died(jobs: int, names: Sequence[str], name: str) -> ErrorInfo:
-    """Return the ERROR of scenario ``name`` when a --jobs worker died with blocks of ``names`` in flight."""
+    """Return the ERROR of scenario ``name`` when a --jobs worker died and ``names`` are the suspects (:func:`measure_units`)."""
     others = [m for m in names if m != name]
-    also = f" (blocks of {', '.join(others)} were running at the same time)" if others else ""
+    also = f" (blocks of {', '.join(others)} ran in the same pool of workers)" if others else ""
     return ErrorInfo(DIED, f"a --jobs {jobs} worker process died while running this scenario's blocks{also}: "
                            f"the verifier ended it (os._exit, a signal, a crash in C code)")
 

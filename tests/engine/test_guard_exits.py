@@ -85,5 +85,5 @@ def test_a_dead_block_worker_in_the_api_run_is_that_scenarios_error(monkeypatch)
     assert first.error is not None and first.error.kind == "died" and "worker process died" in first.error.message
     # in this process the culprit cannot be told apart from a scenario whose blocks ran beside it: both are
     # ERRORs that say so (the supervised CLI measures them again to tell; tests/test_hostile.py)
-    assert second.error is None or "blocks of peaked-v8 were running at the same time" in second.error.message
+    assert second.error is None or "blocks of peaked-v8 ran in the same pool of workers" in second.error.message
     assert result.exit_code() == ExitCode.CHECKS_FAILED
