@@ -37,6 +37,7 @@ U <= 1.3. ``--quick`` runs the default suite plus the audit's worst cases (sampl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable
@@ -346,7 +347,7 @@ def main() -> None:
     if args.samples is not None:  # small N: where asymptotic tails are weakest
         todo = [(spec, args.samples) for spec, _ in todo]
     for spec, n in todo:
-        spec = spec.model_copy(update={"samples": n})
+        spec = dataclasses.replace(spec, samples=n)
         target, draft = spec.chains()
         found: dict[str, list[nr.Estimate]] = {}
         if wants_joint(spec):

@@ -23,6 +23,7 @@ p/q transfers per call on the device path = 0 (asserted: the script exits 1 othe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -89,7 +90,7 @@ def main() -> int:
           f"{args.samples} sequences, dtype {args.dtype}")
     failed = False
     for vocab in args.vocab:
-        spec = base.model_copy(update={"vocab": vocab, "samples": args.samples})
+        spec = dataclasses.replace(base, vocab=vocab, samples=args.samples)
         paths = [("numpy", "numpy", "cpu")]
         for d in devices:
             paths += [(f"torch via host ({d})", "host", d), (f"torch device ({d})", "device", d)]

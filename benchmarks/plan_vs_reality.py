@@ -11,6 +11,7 @@ by default, so both ways of getting a mutant's law are checked.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from scipy import stats as sps
@@ -29,7 +30,7 @@ PAIRS = [("seed-context-free", "resample_from_p"), ("markov-v4", "shared_uniform
 
 def detection_rate(spec, mutant: str, n: int, alpha: float, runs: int) -> int:
     """Return how many of ``runs`` seeded runs of ``mutant`` the joint-law check rejects at alpha."""
-    spec = spec.model_copy(update={"samples": n})
+    spec = dataclasses.replace(spec, samples=n)
     hits = 0
     for seed in range(runs):
         measured = runner.measure(MUTANTS[mutant].func, spec, seed)

@@ -45,6 +45,7 @@ the gate included (2-core machine, load average 0.5-1.4, 2026-12-02); a shared m
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -182,8 +183,8 @@ def measure_large(name: str, dtype: str, samples: int, path: str) -> dict[str, f
     from specaudit.verifiers.reference import verify as reference
 
     spec = resolve([name])[0].spec
-    roles = {role: getattr(spec, role).model_copy(update={"dtype": dtype}) for role in ("target", "draft")}
-    spec = spec.model_copy(update={"samples": samples, **roles})
+    roles = {role: dataclasses.replace(getattr(spec, role), dtype=dtype) for role in ("target", "draft")}
+    spec = dataclasses.replace(spec, samples=samples, **roles)
     seen = {"bytes": 0, "first": 0.0}
 
     def counted(verify):

@@ -5,6 +5,7 @@ what was received, what is allowed), beside a positive control of the same kind 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -126,11 +127,11 @@ def test_a_mask_that_keeps_a_finite_token_is_accepted(cli, tmp_path):
 
 def test_a_dead_mask_that_bypasses_validation_names_scenario_class_and_role():
     spec = parse_scenario(DEAD["mix"][0].replace("allowed_tokens: [0]", "allowed_tokens: [3]")).spec
-    dead = Sampling.model_construct(**{**Sampling().__dict__, "allowed_tokens": [0]})  # model_construct: unvalidated
-    mix = [spec.mix[0].model_copy(update={"target": dead}), spec.mix[1]]
+    dead = Sampling(allowed_tokens=[0])  # built directly: not validated
+    mix = [dataclasses.replace(spec.mix[0], target=dead), spec.mix[1]]
     with pytest.raises(UsageError, match=r"^scenario 'lg': mix\[0\] \(class 'dead'\) target: allowed_tokens: a row has "
                                          r"no allowed token of finite logit \(row 0 of the logits, mask \[0\]\)"):
-        spec.model_copy(update={"mix": mix}).chains()
+        dataclasses.replace(spec, mix=mix).chains()
 
 
 # ---- 3. an empty mask -------------------------------------------------------------------------------------------

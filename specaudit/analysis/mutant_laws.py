@@ -33,8 +33,10 @@ whose header, size or checksum is wrong is ignored with a one-line warning and r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
+import json
 import os
 import sys
 import zlib
@@ -55,7 +57,7 @@ from specaudit.laws import algorithm_of
 from specaudit.laws import chain as exact
 from specaudit.laws.mutants import KERNELS, chain_law
 from specaudit.results.document import atomic_write
-from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
+from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario, to_data
 from specaudit.simulate.blocks import run_blocks
 from specaudit.simulate.chain import Plan, simulate
 from specaudit.simulate.tallies import JointCounts
@@ -278,7 +280,7 @@ def _simulated_counts(spec: Scenario, name: str, samples: int, seed: int) -> np.
     if spec.mode == "greedy" or not wants_joint(spec):  # a greedy run measures matches, not joint counts
         raise UsageError(f"scenario {spec.name}: no joint counts to estimate a law from")
     joint = _joint_counts(spec)
-    run_blocks(mutant_entry(name).func, spec.model_copy(update={"samples": samples}), simulation_seed(spec, name, seed), [joint])
+    run_blocks(mutant_entry(name).func, dataclasses.replace(spec, samples=samples), simulation_seed(spec, name, seed), [joint])
     return joint.counts.copy()
 
 
@@ -393,9 +395,8 @@ def mutant_joint_law(spec: Scenario, mutant_name: str, samples: int = LAW_SAMPLE
 # ---------------------------------------------------------------------------------------------
 
 
-def _simulate_laws(spec_json: str, mutant: str, samples: int, seed: int) -> dict[str, np.ndarray]:
+def _simulate_laws(spec: Scenario, mutant: str, samples: int, seed: int) -> dict[str, np.ndarray]:
     """Return a mutant's simulated feature laws (the joint law and the first round's accepted counts)."""
-    spec = Scenario.model_validate_json(spec_json)
     # the chain zoo speaks the probs contract: logits chains hand it their processed law (as a run does)
     verify, target, draft = contract_logits.prepare(chain_zoo.get(mutant).func, "probs", *spec.chains())
     joint = _joint_counts(spec) if wants_joint(spec) else None
@@ -419,8 +420,9 @@ def simulated_provider(samples: int = DIAGNOSIS_SAMPLES, seed: int = 0) -> LawPr
     """Return a provider that simulates each mutant for ``samples`` sequences (once per scenario and mutant)."""
 
     def provide(spec: Scenario, mutant: str) -> Laws | None:
-        key = spec.model_copy(update={"samples": 1, "seed": 0}).model_dump_json(by_alias=True)
-        return _remember(("features", key, mutant, samples, seed), lambda: _simulate_laws(key, mutant, samples, seed))
+        base = dataclasses.replace(spec, samples=1, seed=0)  # the law does not depend on them
+        key = json.dumps(to_data(base), sort_keys=True)
+        return _remember(("features", key, mutant, samples, seed), lambda: _simulate_laws(base, mutant, samples, seed))
 
     provide.samples = samples  # type: ignore[attr-defined]  # the noise level, for the significance filter
     return provide

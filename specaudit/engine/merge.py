@@ -29,7 +29,7 @@ from specaudit.errors import ResultsFileError, SpecauditError, UsageError
 from specaudit.results import CheckResult, ErrorInfo, RunResult, ScenarioResult, Status
 from specaudit.results.document import scenario_from_dict
 from specaudit.scenarios.loading import LoadedScenario
-from specaudit.scenarios.schema import Scenario
+from specaudit.scenarios.schema import Scenario, validate
 
 
 def _shard_of(doc: dict[str, Any], path: str) -> tuple[tuple[int, int], RunSettings]:
@@ -151,7 +151,7 @@ def _combined(docs: Sequence[dict[str, Any]], paths: Sequence[str]) -> tuple[dic
         info = s0.get("info", {})
         if "scenario" not in info:
             raise UsageError(f"{paths[0]}: scenario {s0['name']} carries no shard data; was it written by this specaudit?")
-        spec = Scenario.model_validate(info["scenario"])
+        spec = validate(info["scenario"])
         specs.append(spec)
         probes = _probes(parts)  # every shard ran the probes whole: the worst of their findings
         if "tally" not in info:  # exact-mode scenarios: probes, no blocks

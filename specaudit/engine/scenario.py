@@ -37,7 +37,7 @@ from specaudit.errors import ScenarioError, UsageError
 from specaudit.laws.chain import joint_probabilities
 from specaudit.results import CheckResult, ErrorInfo, ScenarioResult, TVBound
 from specaudit.scenarios.loading import LoadedScenario
-from specaudit.scenarios.schema import Scenario
+from specaudit.scenarios.schema import Scenario, to_data
 from specaudit.simulate.blocks import block_sizes
 from specaudit.stats import certificate, sequential
 
@@ -243,7 +243,7 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
         info=done.info,
     )
     if settings.shard is not None:  # every shard probes it whole; the merge re-settles it
-        scenario = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        scenario = to_data(spec, exclude_none=True)
         result = dataclasses.replace(result, info={**result.info, "scenario": scenario})
     return result
 
@@ -339,12 +339,12 @@ def run_scenarios(
     for t, task in enumerate(tasks):
         spec = task.loaded.spec
         if task.samples is not None:
-            spec = spec.model_copy(update={"samples": task.samples})
+            spec = dataclasses.replace(spec, samples=task.samples)
         elif settings.certify_tv is not None and has_joint_law(spec):  # sample until certified, up to the cap
             cap = certify_cap(spec, settings.certify_tv, settings.alpha)
-            spec = spec.model_copy(update={"samples": cap if cap is not None else MAX_SAMPLES})
+            spec = dataclasses.replace(spec, samples=cap if cap is not None else MAX_SAMPLES)
         if settings.batch is not None:  # --batch: rows per verifier call (a slow verifier inside --timeout)
-            spec = spec.model_copy(update={"batch": settings.batch})
+            spec = dataclasses.replace(spec, batch=settings.batch)
         if spec.mode == "exact":  # exact probes, no simulation (specaudit.checks.probes)
             if on_start is not None:
                 on_start(t)
@@ -419,7 +419,7 @@ def run_scenarios(
         if settings.shard is not None:  # what `specaudit merge` needs: the scenario and its additive tallies
             info["shard"] = {"index": settings.shard[0], "count": settings.shard[1], "blocks": units[i].blocks,
                              "planned": spec.samples}
-            info["scenario"] = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+            info["scenario"] = to_data(spec, exclude_none=True)
             info["tally"] = tally.to_dict()
             result = dataclasses.replace(result, samples=tally.sequences)
         slots[t] = dataclasses.replace(result, info=info)

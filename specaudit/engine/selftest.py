@@ -218,7 +218,7 @@ def law_scenarios(loaded: Sequence[Scenario], coverage: bool = True) -> list[Sce
     specs = [s for s in loaded if s.mode != "exact"]
     if coverage and all(wants_joint(s) for s in specs):
         extra = {s.spec.name: s.spec for s in shipped()}[LAW_COVERAGE]
-        specs.append(extra.model_copy(update={"samples": LAW_COVERAGE_SAMPLES}))
+        specs.append(dataclasses.replace(extra, samples=LAW_COVERAGE_SAMPLES))
     return specs
 
 

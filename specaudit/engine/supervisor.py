@@ -805,7 +805,7 @@ class _Supervisor:
         spec = item.spec
         samples = job.samples if job.samples is not None else self.settings.samples
         if samples is not None:
-            spec = spec.model_copy(update={"samples": samples})
+            spec = dataclasses.replace(spec, samples=samples)
         seed = job.seed if job.seed is not None else scenario_seed(self.settings.seed, item)
         return base_result(item, spec, seed)
 

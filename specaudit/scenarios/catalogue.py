@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from specaudit.errors import UsageError, closest
 from specaudit.scenarios.loading import LoadedScenario, load_scenario
-from specaudit.scenarios.schema import Scenario
+from specaudit.scenarios.schema import validator
 
 
 def shipped_paths() -> list[Path]:
@@ -79,7 +79,7 @@ def resolve(names_or_paths: list[str] | tuple[str, ...] | None) -> list[LoadedSc
 
 def json_schema() -> dict[str, Any]:
     """Return the JSON Schema of a scenario file, for editors."""
-    schema = Scenario.model_json_schema(by_alias=True)
+    schema = cast(dict[str, Any], validator().json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "specaudit scenario (schema version 1)"
     return schema

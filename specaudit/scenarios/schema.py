@@ -1,23 +1,34 @@
-"""Scenario schema (version 1): the frozen pydantic models a scenario file validates into.
+"""Scenario schema (version 1): the frozen dataclasses a scenario file validates into.
 
 A scenario names a target chain, a drafter chain, the draft-count law, the verification algorithm
-and the sample plan. The models hold every rule a scenario must obey (rows sum to 1, shapes match
+and the sample plan. The classes hold every rule a scenario must obey (rows sum to 1, shapes match
 the vocabulary, a tree shape goes with ``algorithm: tree``) and build the chains they describe;
 they know nothing of files. Reading YAML with ``file:line:`` messages lives in
 `specaudit.scenarios.loading`, the shipped scenarios in `specaudit.scenarios.catalogue`. Unknown
 keys are named with their closest match (hypothesis ``internal/validation.py``).
+
+The classes are plain frozen dataclasses, so that a run holds and builds scenarios without
+pydantic (importing it and building its validators was ~0.15 s of a one-scenario run's start,
+issue 20). pydantic validates them when a file is read (:func:`validate`, its validator built
+on first use): every field rule is an ``Annotated`` marker, :class:`Rule` (pydantic ``Field``
+arguments) or :class:`Check` (a function run before or after the field is validated), that pydantic
+asks for its schema; whole-object rules are each class's ``_check``. Built directly, a dataclass is
+not validated (as pydantic's ``model_construct``): scenarios come from :func:`validate`, changed
+copies from :func:`dataclasses.replace`. :func:`to_data` is the JSON-ready form (what pydantic's
+``dump_python(mode="json")`` gives), for the results file and the content hash.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, cast
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from specaudit.chains import logits as logits_mod
 from specaudit.chains import processing
@@ -35,16 +46,59 @@ SUM_TOLERANCE = 1e-6
 MAX_JOINT_CELLS = 1 << 20
 
 
-class _Spec(BaseModel):
-    """Base of every schema object: frozen, strict, unknown keys named with their closest match."""
+class Rule:
+    """A field's constraints as pydantic ``Field`` arguments (``ge``, ``pattern``, ``strict``, ``description``...).
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    A marker in ``Annotated[type, Rule(...)]``: pydantic, when it builds a validator, asks it for its
+    schema and gets that of ``Annotated[type, Field(...)]`` (pydantic is imported then, not before).
+    """
 
-    @model_validator(mode="before")
+    __slots__ = ("arguments",)
+
+    def __init__(self, **arguments: Any) -> None:
+        self.arguments = arguments
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
+        from pydantic import Field
+
+        return handler(Annotated[source, Field(**self.arguments)])
+
+
+class Check:
+    """A field's rule as a function of its value (``after`` pydantic validated it, or ``before``), returning it.
+
+    It raises ValueError with the message the file's reader prints at the field's key.
+    """
+
+    __slots__ = ("function", "before")
+
+    def __init__(self, function: Callable[[Any], Any], *, before: bool = False) -> None:
+        self.function, self.before = function, before
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
+        from pydantic_core import core_schema
+
+        wrap = core_schema.no_info_before_validator_function if self.before else core_schema.no_info_after_validator_function
+        return wrap(self.function, handler(source))
+
+
+class _Spec:
+    """Base of every schema class: strict fields, unknown keys named with their closest match, ``_check`` run last.
+
+    Subclasses are ``@dataclass(frozen=True, kw_only=True)``.
+    """
+
+    __pydantic_config__ = {"extra": "forbid", "strict": True}
+
+    def _check(self) -> None:
+        """Check the rules that span fields (raise ValueError); the fields themselves are valid."""
+
     @classmethod
     def _known_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            allowed = [f.alias or name for name, f in cls.model_fields.items()]
+            from pydantic_core import PydanticCustomError
+
+            allowed = [f.name for f in dataclasses.fields(cast(Any, cls))]
             for key in data:
                 if key not in allowed:
                     raise PydanticCustomError(
@@ -53,6 +107,23 @@ class _Spec(BaseModel):
                         {"key": key, "shown": repr(key), "allowed": ", ".join(allowed), "hint": closest(str(key), allowed)},
                     )
         return data
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Callable[[Any], Any]) -> Any:
+        from pydantic_core import core_schema
+
+        schema = handler(source)
+        if schema.get("type") != "dataclass":  # a reference to the class's schema, built where the class was first met
+            return schema
+        schema["strict"] = False  # a mapping validates into the class; its fields stay strict
+
+        def checked(value: _Spec) -> _Spec:
+            value._check()
+            return value
+
+        # the class's reference names the whole (a union's choice refers to it), not the bare dataclass inside
+        return core_schema.no_info_before_validator_function(
+            cls._known_keys, core_schema.no_info_after_validator_function(checked, schema), ref=schema.pop("ref", None))
 
 
 def _check_row(row: list[float], where: str = "row") -> list[float]:
@@ -67,52 +138,65 @@ def _check_row(row: list[float], where: str = "row") -> list[float]:
     return row
 
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+def _probability_rows(matrix: list[list[float]]) -> list[list[float]]:
+    for i, row in enumerate(matrix):
+        _check_row(row, f"row {i}")
+    return matrix
 
 
+def _logit_rows(matrix: list[list[float]]) -> list[list[float]]:
+    for i, row in enumerate(matrix):
+        arr = np.asarray(row, dtype=np.float64)
+        if arr.size == 0 or np.isnan(arr).any() or (arr == np.inf).any() or not np.isfinite(arr).any():
+            raise ValueError(f"row {i} must hold logits: finite numbers or -.inf, at least one finite; got {row}")
+    return matrix
+
+
+def _some_allowed(tokens: list[int]) -> list[int]:
+    if not tokens:
+        raise ValueError("received [], a mask that keeps no token (nothing left to sample); allowed: at least one "
+                         "token id, or omit the key (every token allowed)")
+    return tokens
+
+
+def _adapter_name(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+@dataclass(frozen=True, kw_only=True)
 class ContextFree(_Spec):
     """Every token drawn from one explicit probability vector, whatever the context."""
 
     kind: Literal["context_free"]
-    probs: list[Annotated[float, Field(strict=False)]]
-
-    @field_validator("probs")
-    @classmethod
-    def _row(cls, probs: list[float]) -> list[float]:
-        return _check_row(probs, "probs")
+    probs: Annotated[list[Annotated[float, Rule(strict=False)]], Check(functools.partial(_check_row, where="probs"))]
 
     def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
         """Return the chain."""
         return chains.context_free(_normalised(self.probs))
 
 
+@dataclass(frozen=True, kw_only=True)
 class Markov(_Spec):
     """First-order chain with explicit transition rows; ``start`` is the context before token 0."""
 
     kind: Literal["markov"]
-    matrix: list[list[Annotated[float, Field(strict=False)]]]
-    start: Annotated[int, Field(ge=0)] = 0
-
-    @field_validator("matrix")
-    @classmethod
-    def _rows(cls, matrix: list[list[float]]) -> list[list[float]]:
-        for i, row in enumerate(matrix):
-            _check_row(row, f"row {i}")
-        return matrix
+    matrix: Annotated[list[list[Annotated[float, Rule(strict=False)]]], Check(_probability_rows)]
+    start: Annotated[int, Rule(ge=0)] = 0
 
     def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
         """Return the chain."""
         return chains.first_order(np.array([_normalised(r) for r in self.matrix]), self.start)
 
 
+@dataclass(frozen=True, kw_only=True)
 class Dirichlet(_Spec):
     """Random first-order chain: each row ~ Dirichlet(concentration), optionally on a random support."""
 
     kind: Literal["dirichlet"]
-    concentration: Annotated[float, Field(gt=0.0, le=1e6, strict=False)] = 1.0
-    support: Annotated[float, Field(gt=0.0, le=1.0, strict=False)] = 1.0
-    start: Annotated[int, Field(ge=0)] = 0
-    seed: Annotated[int, Field(ge=0)] = 0
+    concentration: Annotated[float, Rule(gt=0.0, le=1e6, strict=False)] = 1.0
+    support: Annotated[float, Rule(gt=0.0, le=1.0, strict=False)] = 1.0
+    start: Annotated[int, Rule(ge=0)] = 0
+    seed: Annotated[int, Rule(ge=0)] = 0
 
     def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
         """Draw the chain from its own seed mixed with the role, so target and drafter differ."""
@@ -130,6 +214,7 @@ class Dirichlet(_Spec):
         return chains.first_order(matrix / matrix.sum(axis=1, keepdims=True), self.start)
 
 
+@dataclass(frozen=True, kw_only=True)
 class Zipf(_Spec):
     """Lazy large-vocabulary chain: a Zipf law per full prefix, ranks permuted by a hash.
 
@@ -141,11 +226,11 @@ class Zipf(_Spec):
     """
 
     kind: Literal["zipf"]
-    exponent: Annotated[float, Field(gt=0.0, le=10.0, strict=False)] = 1.0
-    seed: Annotated[int, Field(ge=0)] = 0
-    support: Annotated[int, Field(ge=0)] = Field(0, description="tokens with mass: the last id and ids drawn at or above lowest (0: all)")
-    lowest: Annotated[int, Field(ge=0)] = Field(0, description="smallest id the support may hold")
-    dtype: Literal["float64", "float32"] = Field("float64", description="floating type of the p / q rows handed to the verifier")
+    exponent: Annotated[float, Rule(gt=0.0, le=10.0, strict=False)] = 1.0
+    seed: Annotated[int, Rule(ge=0)] = 0
+    support: Annotated[int, Rule(ge=0, description="tokens with mass: the last id and ids drawn at or above lowest (0: all)")] = 0
+    lowest: Annotated[int, Rule(ge=0, description="smallest id the support may hold")] = 0
+    dtype: Annotated[Literal["float64", "float32"], Rule(description="floating type of the p / q rows handed to the verifier")] = "float64"
 
     def build(self, vocab: int, role_seed: np.random.SeedSequence) -> Any:  # a ZipfChain: no tables
         """Return the lazy chain (the seed alone decides the ranks, not the role)."""
@@ -153,13 +238,14 @@ class Zipf(_Spec):
 
     def hashed(self) -> dict[str, Any]:
         """Return the keys that enter the content hash: defaults left out, so hashes from before these keys hold."""
-        body = self.model_dump(mode="json")
+        body = to_data(self)
         for key, default in (("support", 0), ("lowest", 0), ("dtype", "float64")):
             if body[key] == default:
                 del body[key]
         return body
 
 
+@dataclass(frozen=True, kw_only=True)
 class OneHot(_Spec):
     """The argmax (ties to the first index) of a base chain, as a deterministic chain."""
 
@@ -171,12 +257,14 @@ class OneHot(_Spec):
         return chains.one_hot_of(self.base.build(vocab, role_seed))
 
 
+@dataclass(frozen=True, kw_only=True)
 class SameAsTarget(_Spec):
     """Drafter equal to the target: p = q everywhere, so every draft must be accepted."""
 
     kind: Literal["same_as_target"]
 
 
+@dataclass(frozen=True, kw_only=True)
 class Greedy(_Spec):
     """Greedy drafter: q is one-hot at the argmax of ``base`` (the target when omitted)."""
 
@@ -184,41 +272,32 @@ class Greedy(_Spec):
     base: TargetChain | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
 class Sampling(_Spec):
     """Sampling processing of one role: mask, bias, penalties -> temperature -> top-k -> top-p -> min-p
     (specaudit.chains.processing). The serving keys (penalties, logit_bias, allowed_tokens) are off when omitted."""
 
-    temperature: Annotated[float, Field(ge=0.0, le=1e6, strict=False)] = 1.0
-    top_k: Annotated[int, Field(ge=0)] = 0
-    top_p: Annotated[float, Field(gt=0.0, le=1.0, strict=False)] = 1.0
-    min_p: Annotated[float, Field(ge=0.0, le=1.0, strict=False)] = 0.0
-    repetition_penalty: Annotated[float, Field(gt=0.0, le=100.0, strict=False)] | None = Field(
-        None, description="divides a positive logit, multiplies a negative one, of every token in the history (1: off)")
-    frequency_penalty: Annotated[float, Field(ge=-100.0, le=100.0, strict=False)] | None = Field(
-        None, description="subtracted per occurrence of a token in the history (0: off)")
-    presence_penalty: Annotated[float, Field(ge=-100.0, le=100.0, strict=False)] | None = Field(
-        None, description="subtracted once from every token in the history (0: off)")
-    logit_bias: dict[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=-100.0, le=100.0, strict=False)]] | None = Field(
-        None, description="token id -> bias added to its raw logit")
-    allowed_tokens: list[Annotated[int, Field(ge=0)]] | None = Field(
-        None, description="the structured-output mask: only these token ids may be drawn (omitted: all)")
+    temperature: Annotated[float, Rule(ge=0.0, le=1e6, strict=False)] = 1.0
+    top_k: Annotated[int, Rule(ge=0)] = 0
+    top_p: Annotated[float, Rule(gt=0.0, le=1.0, strict=False)] = 1.0
+    min_p: Annotated[float, Rule(ge=0.0, le=1.0, strict=False)] = 0.0
+    repetition_penalty: Annotated[Annotated[float, Rule(gt=0.0, le=100.0, strict=False)] | None, Rule(
+        description="divides a positive logit, multiplies a negative one, of every token in the history (1: off)")] = None
+    frequency_penalty: Annotated[Annotated[float, Rule(ge=-100.0, le=100.0, strict=False)] | None, Rule(
+        description="subtracted per occurrence of a token in the history (0: off)")] = None
+    presence_penalty: Annotated[Annotated[float, Rule(ge=-100.0, le=100.0, strict=False)] | None, Rule(
+        description="subtracted once from every token in the history (0: off)")] = None
+    logit_bias: Annotated[dict[Annotated[int, Rule(ge=0)], Annotated[float, Rule(ge=-100.0, le=100.0, strict=False)]] | None, Rule(
+        description="token id -> bias added to its raw logit")] = None
+    allowed_tokens: Annotated[Annotated[list[Annotated[int, Rule(ge=0)]], Check(_some_allowed)] | None, Rule(
+        description="the structured-output mask: only these token ids may be drawn (omitted: all)")] = None
 
-    @field_validator("allowed_tokens")
-    @classmethod
-    def _some_allowed(cls, tokens: list[int] | None) -> list[int] | None:
-        if tokens is not None and not tokens:
-            raise ValueError("received [], a mask that keeps no token (nothing left to sample); allowed: at least one "
-                             "token id, or omit the key (every token allowed)")
-        return tokens
-
-    @model_validator(mode="after")
-    def _valid_params(self) -> Sampling:
+    def _check(self) -> None:
         # every rule of SamplingParams, as a schema error with the key path (not a UsageError without file:line)
         try:
             self.params()
         except UsageError as exc:
             raise ValueError(str(exc)) from None
-        return self
 
     def params(self) -> processing.SamplingParams:
         """Return the parameters for the processing functions."""
@@ -242,14 +321,14 @@ _SERVING_KEYS = ("repetition_penalty", "frequency_penalty", "presence_penalty", 
 MAX_HISTORY_STATES = 2048
 
 
+@dataclass(frozen=True, kw_only=True)
 class MixClass(_Spec):
     """One request class of a batch mix: its share of the requests and its sampling parameters."""
 
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
-    weight: Annotated[float, Field(gt=0.0, le=1.0, strict=False)]
-    target: Sampling = Field(Sampling(), description="the target's processing for requests of this class")
-    draft: Sampling | None = Field(
-        None, description="the drafter's processing (omitted: the target's, without penalties)")
+    name: Annotated[str, Rule(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    weight: Annotated[float, Rule(gt=0.0, le=1.0, strict=False)]
+    target: Annotated[Sampling, Rule(description="the target's processing for requests of this class")] = Sampling()
+    draft: Annotated[Sampling | None, Rule(description="the drafter's processing (omitted: the target's, without penalties)")] = None
 
     def draft_params(self) -> processing.SamplingParams:
         """Return the drafter's parameters: its own, else the target's without the history-dependent penalties."""
@@ -258,25 +337,17 @@ class MixClass(_Spec):
         return self.target.params().replace(repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0)
 
 
+@dataclass(frozen=True, kw_only=True)
 class Logits(_Spec):
     """Raw logits processed by ``sampling``: an explicit ``matrix`` (1 row: context-free; V rows:
     first-order, -.inf for probability 0) or random rows ``scale * N(0, 1)`` drawn from ``seed``."""
 
     kind: Literal["logits"]
-    matrix: list[list[Annotated[float, Field(strict=False)]]] | None = None
-    scale: Annotated[float, Field(gt=0.0, le=1e3, strict=False)] = 3.0
-    start: Annotated[int, Field(ge=0)] = 0
-    seed: Annotated[int, Field(ge=0)] = 0
+    matrix: Annotated[list[list[Annotated[float, Rule(strict=False)]]], Check(_logit_rows)] | None = None
+    scale: Annotated[float, Rule(gt=0.0, le=1e3, strict=False)] = 3.0
+    start: Annotated[int, Rule(ge=0)] = 0
+    seed: Annotated[int, Rule(ge=0)] = 0
     sampling: Sampling = Sampling()
-
-    @field_validator("matrix")
-    @classmethod
-    def _rows(cls, matrix: list[list[float]] | None) -> list[list[float]] | None:
-        for i, row in enumerate(matrix or []):
-            arr = np.asarray(row, dtype=np.float64)
-            if arr.size == 0 or np.isnan(arr).any() or (arr == np.inf).any() or not np.isfinite(arr).any():
-                raise ValueError(f"row {i} must hold logits: finite numbers or -.inf, at least one finite; got {row}")
-        return matrix
 
     def build(self, vocab: int, role_seed: np.random.SeedSequence) -> chains.TabularChain:
         """Return the chain (its law is the processed logits); random rows mix the role into the seed."""
@@ -291,6 +362,7 @@ class Logits(_Spec):
         return logits_mod.logits_chain(raw, nxt, self.start, self.sampling.params())
 
 
+@dataclass(frozen=True, kw_only=True)
 class SameLogitsAsTarget(_Spec):
     """Drafter on the target's raw logits processed with its own ``sampling`` (target kind logits)."""
 
@@ -298,13 +370,11 @@ class SameLogitsAsTarget(_Spec):
     sampling: Sampling = Sampling()
 
 
-TargetChain = Annotated[ContextFree | Markov | Dirichlet | OneHot | Logits | Zipf, Field(discriminator="kind")]
+TargetChain = Annotated[ContextFree | Markov | Dirichlet | OneHot | Logits | Zipf, Rule(discriminator="kind")]
 DraftChain = Annotated[
     ContextFree | Markov | Dirichlet | OneHot | SameAsTarget | Greedy | Logits | SameLogitsAsTarget | Zipf,
-    Field(discriminator="kind"),
+    Rule(discriminator="kind"),
 ]
-OneHot.model_rebuild()
-Greedy.model_rebuild()
 
 
 def _entropy(role_seed: np.random.SeedSequence) -> list[int]:
@@ -332,16 +402,15 @@ def _normalised(row: list[float]) -> np.ndarray:
 MAX_TREE_NODES = 512
 
 
+@dataclass(frozen=True, kw_only=True)
 class TreeSpec(_Spec):
     """Shape of the draft trees of an ``algorithm: tree`` scenario (its depth is ``k``)."""
 
-    width: Annotated[int, Field(ge=1, le=64)] | list[Annotated[int, Field(ge=1, le=64)]] = Field(
-        description="children per node: an int (every level) or one int per depth level 0..k-1"
-    )
-    children: Literal["iid", "without_replacement", "topk"] = Field(
-        "iid", description="siblings drawn i.i.d. from q, without replacement, or the deterministic top-k of q"
-    )
-    ragged: bool = Field(False, description="each node keeps a uniform number 0..width of its children")
+    width: Annotated[Annotated[int, Rule(ge=1, le=64)] | list[Annotated[int, Rule(ge=1, le=64)]], Rule(
+        description="children per node: an int (every level) or one int per depth level 0..k-1")]
+    children: Annotated[Literal["iid", "without_replacement", "topk"], Rule(
+        description="siblings drawn i.i.d. from q, without replacement, or the deterministic top-k of q")] = "iid"
+    ragged: Annotated[bool, Rule(description="each node keeps a uniform number 0..width of its children")] = False
 
     def widths(self, depth: int) -> list[int]:
         """Return the width of every depth level 0..depth-1."""
@@ -352,61 +421,47 @@ class TreeSpec(_Spec):
         return int(sum(np.prod(self.widths(depth)[: d + 1]) for d in range(depth)))
 
 
+@dataclass(frozen=True, kw_only=True)
 class AdapterSpec(_Spec):
     """How a scenario drives its target: an adapter (specaudit.adapters) and its options."""
 
-    name: Annotated[str, Field(min_length=1, max_length=300)]
-    options: dict[str, bool | int | float | str | None] = {}
+    name: Annotated[str, Rule(min_length=1, max_length=300)]
+    options: Annotated[dict[str, bool | int | float | str | None], Rule(json_schema_extra={"default": {}})] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, kw_only=True)
 class Scenario(_Spec):
     """One audit scenario (schema version 1)."""
 
-    schema_: Literal[1] = Field(1, alias="schema")
-    name: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    schema: Literal[1] = 1
+    name: Annotated[str, Rule(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
     description: str = ""
-    tags: list[str] = ["default"]
-    vocab: Annotated[int, Field(ge=2, le=1 << 20)]
-    k: Annotated[int, Field(ge=0, le=64)]
-    drafts: Annotated[int, Field(ge=0)] | Literal["uniform"] | list[Annotated[float, Field(strict=False)]] = Field(
-        # None (omitted): k drafts every row; kept out of the type so the JSON schema offers no null
-        None,  # type: ignore[arg-type]
-        description="draft count per row: an int (fixed), 'uniform' (0..k), or weights over 0..k",
-    )
-    length: Annotated[int, Field(ge=1, le=4096)]
-    samples: Annotated[int, Field(ge=1, le=10**9)]
-    batch: Annotated[int, Field(ge=1, le=1 << 20)] = 4096
-    seed: Annotated[int, Field(ge=0)] = 0
+    tags: Annotated[list[str], Rule(json_schema_extra={"default": ["default"]})] = field(default_factory=lambda: ["default"])
+    vocab: Annotated[int, Rule(ge=2, le=1 << 20)]
+    k: Annotated[int, Rule(ge=0, le=64)]
+    # None (omitted): k drafts every row; kept out of the type so the JSON schema offers no null
+    drafts: Annotated[Annotated[int, Rule(ge=0)] | Literal["uniform"] | list[Annotated[float, Rule(strict=False)]], Rule(
+        description="draft count per row: an int (fixed), 'uniform' (0..k), or weights over 0..k")] = None  # type: ignore[assignment]
+    length: Annotated[int, Rule(ge=1, le=4096)]
+    samples: Annotated[int, Rule(ge=1, le=10**9)]
+    batch: Annotated[int, Rule(ge=1, le=1 << 20)] = 4096
+    seed: Annotated[int, Rule(ge=0)] = 0
     target: TargetChain
     draft: DraftChain
-    algorithm: Literal["chain", "block", "tree"] = Field(
-        "chain", description="chain (token-wise), block (Sun et al. 2403.10444) or tree (SpecInfer Alg. 2)"
-    )
-    tree: TreeSpec | None = Field(None, description="draft tree shape; required with algorithm: tree (depth = k)")
-    adapter: AdapterSpec | None = Field(
-        None, description="adapter the target is driven with, a name or {name, options}; --adapter overrides it"
-    )
-    mix: list[MixClass] | None = Field(
-        None,
+    algorithm: Annotated[Literal["chain", "block", "tree"], Rule(
+        description="chain (token-wise), block (Sun et al. 2403.10444) or tree (SpecInfer Alg. 2)")] = "chain"
+    tree: Annotated[TreeSpec | None, Rule(description="draft tree shape; required with algorithm: tree (depth = k)")] = None
+    adapter: Annotated[AdapterSpec | None, Check(_adapter_name, before=True), Rule(
+        description="adapter the target is driven with, a name or {name, options}; --adapter overrides it")] = None
+    mix: Annotated[list[MixClass] | None, Rule(
         description="a batch mix of request classes (weights summing to 1), each with its own target and drafter "
-        "sampling; every request draws its class; target and draft must be kind logits",
-    )
-    mode: Literal["sample", "greedy", "exact"] = Field(
-        "sample",
+        "sampling; every request draws its class; target and draft must be kind logits")] = None
+    mode: Annotated[Literal["sample", "greedy", "exact"], Rule(
         description="sample: statistical checks of the sampled law; greedy: temperature 0, every sequence must "
         "equal greedy decoding of the target (argmax, ties to the first index); exact: the exact probes of "
-        "specaudit.checks.probes (corners, contract, adversarial uniforms) on this vocab, k and these chains",
-    )
+        "specaudit.checks.probes (corners, contract, adversarial uniforms) on this vocab, k and these chains")] = "sample"
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
-
-    @field_validator("adapter", mode="before")
-    @classmethod
-    def _adapter_name(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Scenario:
+    def _check(self) -> None:
         if isinstance(self.drafts, int) and self.drafts > self.k:
             raise ValueError(f"drafts = {self.drafts} exceeds k = {self.k}; allowed: 0..{self.k}")
         if isinstance(self.drafts, list):
@@ -420,7 +475,6 @@ class Scenario(_Spec):
         self._check_algorithm()
         self._check_lazy()
         self._check_serving()
-        return self
 
     def _check_lazy(self) -> None:
         """Refuse the modes and algorithms whose references walk a chain's state table (lazy chains have none)."""
@@ -679,7 +733,9 @@ class Scenario(_Spec):
     def content_hash(self) -> str:
         """Return a short hash of the scenario's content (seed excluded: it is a run setting)."""
         # the adapter says how the target is called, not what law it must produce: a run setting
-        body = self.model_dump(mode="json", by_alias=True, exclude={"seed", "samples", "batch", "adapter"})
+        body = to_data(self)
+        for run_setting in ("seed", "samples", "batch", "adapter"):
+            del body[run_setting]
         if body.get("algorithm") == "chain" and body.get("tree") is None:  # hashes from before tree and block verification hold
             del body["algorithm"], body["tree"]
         if body.get("mode") == "sample":  # hashes from before the greedy and exact modes hold
@@ -703,3 +759,36 @@ def _drop_unset(body: Any) -> None:
     elif isinstance(body, list):
         for value in body:
             _drop_unset(value)
+
+
+def to_data(value: Any, *, exclude_none: bool = False) -> Any:
+    """Return a schema object as JSON-ready data: fields in order, mappings' keys as strings, tuples as lists.
+
+    What pydantic's ``dump_python(mode="json")`` gives (a test holds them equal on every shipped
+    scenario); ``exclude_none`` leaves out the fields that are None, at any depth.
+    """
+    if isinstance(value, _Spec):
+        pairs = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(cast(Any, value)))
+        return {name: to_data(item, exclude_none=exclude_none) for name, item in pairs if not (exclude_none and item is None)}
+    if isinstance(value, dict):
+        return {str(key): to_data(item, exclude_none=exclude_none) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_data(item, exclude_none=exclude_none) for item in value]
+    return value
+
+
+@functools.cache
+def validator() -> Any:
+    """Return pydantic's ``TypeAdapter`` of `Scenario` (built on the first call: pydantic is imported then)."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Scenario)
+
+
+def validate(data: Any) -> Scenario:
+    """Return ``data`` (a scenario as parsed YAML or JSON) validated into a `Scenario`.
+
+    Raises pydantic's ``ValidationError``, whose errors `specaudit.scenarios.loading` words with
+    file and line.
+    """
+    return cast(Scenario, validator().validate_python(data))

@@ -7,6 +7,8 @@ from exact.joint_probabilities (the target law a lossless kernel must reproduce)
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -137,7 +139,7 @@ def test_kernel_law_matches_the_simulated_mutant(mutant):
     spec = spec_of("ragged-v4")
     law = mutant_laws.mutant_law(spec, mutant)
     assert law.method == "exact"
-    counts = runner.measure(mutant_laws.mutant_entry(mutant).func, spec.model_copy(update={"samples": 40_000}), 9).joint.counts
+    counts = runner.measure(mutant_laws.mutant_entry(mutant).func, dataclasses.replace(spec, samples=40_000), 9).joint.counts
     assert stats.goodness_of_fit(counts, law.probs).pvalue > 1e-4
     assert stats.goodness_of_fit(counts, target_law(spec)).pvalue < 1e-12
 
@@ -148,7 +150,7 @@ def test_simulated_law_counts_are_those_a_run_measures(mutant):
     # the engine's measure (its Bench over the same two blocks, 15,000 + 5,000) must count the same sequences
     spec = spec_of("markov-v4")
     counts = mutant_laws._simulated_counts(spec, mutant, 20_000, 3)
-    sized = spec.model_copy(update={"samples": 20_000})
+    sized = dataclasses.replace(spec, samples=20_000)
     seed = mutant_laws.simulation_seed(spec, mutant, 3)
     np.testing.assert_array_equal(counts, runner.measure(mutant_laws.mutant_entry(mutant).func, sized, seed).joint.counts)
     assert counts.sum() == 20_000
@@ -235,7 +237,7 @@ def test_plan_agrees_with_reality(scenario, mutant):
     spec = spec_of(scenario)
     n = planning.plan(spec, alpha=1e-3, power=0.95, mutant=mutant).samples_for_mutant
     predicted = spower.simulated_power(mutant_laws.mutant_joint_law(spec, mutant), target_law(spec), n, 1e-3)
-    sized = spec.model_copy(update={"samples": n})
+    sized = dataclasses.replace(spec, samples=n)
     hits = sum(
         checks.joint_law(runner.measure(MUTANTS[mutant].func, sized, seed)).pvalue <= 1e-3 for seed in range(100)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -95,12 +96,12 @@ def test_simulation_hands_marked_verifiers_per_request_generators():
         seen.append(rng)
         return reference.verify(draft, q, p, num_draft, rng)
 
-    spec = resolve(["serving-seeded"])[0].spec.model_copy(update={"samples": 500})
+    spec = dataclasses.replace(resolve(["serving-seeded"])[0].spec, samples=500)
     Bench(guarded(recording), spec).run(seed=1, block=0)
     sims = [r for r in seen if isinstance(r, RowGenerators) and r.batch > 10]
     assert len(sims) == len([r for r in seen if r.batch > 10])
     seen.clear()  # a scenario not tagged seeded: one Generator, as before
-    Bench(guarded(recording), resolve(["ragged-v4"])[0].spec.model_copy(update={"samples": 100})).run(1, 0)
+    Bench(guarded(recording), dataclasses.replace(resolve(["ragged-v4"])[0].spec, samples=100)).run(1, 0)
     assert seen and all(type(r) is np.random.Generator for r in seen)
     assert sims and all(0 < len(r.seeded) < r.batch for r in sims)
     first = sims[0]  # a seeded slot keeps its generator from call to call

@@ -7,6 +7,7 @@ element, and a brute-force enumeration of every draft path and acceptance event 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -392,7 +393,7 @@ def test_request_classes_follow_the_mix_weights_and_cost_no_draws_elsewhere():
     from specaudit.engine.scenario import measure
     from specaudit.verifiers.reference import verify
 
-    spec = resolve(["serving-mix"])[0].spec.model_copy(update={"samples": 20_000})
+    spec = dataclasses.replace(resolve(["serving-mix"])[0].spec, samples=20_000)
     m = measure(verify, spec, seed=7)
     per_class = m.joint.counts.reshape(3, -1).sum(axis=1)
     from scipy import stats  # the class of each request is multinomial with the mix weights

@@ -1,5 +1,6 @@
 """Blocks of sequences -> --jobs (identical results), --shard + merge (exact sums), early stop, Ray."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -162,7 +163,7 @@ def test_early_stop_level_bounds_the_holm_family_with_exact_scenarios():
     from specaudit.analysis import power
 
     corners = resolve_scenarios(["corners"])[0].spec
-    loaded = [corners.model_copy(update={"name": f"corners-{i}"}) for i in range(8)] + resolve_scenarios(["markov-v4"])
+    loaded = [dataclasses.replace(corners, name=f"corners-{i}") for i in range(8)] + resolve_scenarios(["markov-v4"])
     alpha = 1e-3
     r = specaudit.run("specaudit.verifiers.reference:verify", loaded, samples=2000, seed=1, diagnose=False, power=False,
                       suspect_level=0.0)

@@ -54,7 +54,7 @@ def test_law_stage_p_values_are_the_joint_law_checks_own(method):
 
 def test_law_stage_p_values_are_the_per_prefix_and_pit_checks_own():
     rng = np.random.default_rng(4)
-    spec = _spec("zipf-v32k").model_copy(update={"samples": 5_000})
+    spec = dataclasses.replace(_spec("zipf-v32k"), samples=5_000)
     target = spec.chains()[0]
     for node in prefixcheck.plan_nodes(target, spec.samples, spec.length)[:6]:
         pg = nd._grouped(node.probs, node.grouping_total())

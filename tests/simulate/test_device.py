@@ -9,6 +9,8 @@ through numpy on every call (2 p/q-shaped transfers a call), the device path non
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -136,7 +138,7 @@ def test_null_rejection_rate_of_the_device_path():
     """Joint-law p-values of the reference over 24 seeds on the device path: uniform (KS), none below 1e-3."""
     from scipy import stats
 
-    spec = resolve(["markov-v4"])[0].spec.model_copy(update={"samples": 3000})
+    spec = dataclasses.replace(resolve(["markov-v4"])[0].spec, samples=3000)
     bench = _bench(spec, on_device=True)
     pvalues = []
     for seed in range(24):
@@ -150,7 +152,7 @@ def test_null_rejection_rate_of_the_device_path():
 
 
 def test_device_blocks_are_reproducible_and_consistent():
-    spec = resolve(["ragged-v4"])[0].spec.model_copy(update={"samples": 4000})
+    spec = dataclasses.replace(resolve(["ragged-v4"])[0].spec, samples=4000)
     bench = _bench(spec, on_device=True)
     a, b, c = bench.run(3, 0), bench.run(3, 0), bench.run(4, 0)
     np.testing.assert_array_equal(a.joint.counts, b.joint.counts)
@@ -169,7 +171,7 @@ def test_device_blocks_are_reproducible_and_consistent():
 
 @pytest.mark.parametrize("name", ["markov-v4", "zipf-v32k"])
 def test_no_pq_transfers_on_the_device_path_and_two_on_the_host_path(name):
-    spec = resolve([name])[0].spec.model_copy(update={"samples": 200})
+    spec = dataclasses.replace(resolve([name])[0].spec, samples=200)
     vocab = spec.vocab
     host, dev = _bench(spec, on_device=False), _bench(spec, on_device=True)
     dev.device.chains()  # the chains' tables: once per process, before the calls
