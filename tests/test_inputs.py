@@ -13,6 +13,7 @@ import pytest
 
 from specaudit.analysis import mutant_laws
 from specaudit.errors import ExitCode
+from specaudit.results import cache
 from specaudit.scenarios.catalogue import shipped
 from specaudit.scenarios.loading import MAX_SCENARIO_BYTES
 
@@ -258,7 +259,7 @@ def test_bad_cache_files_are_ignored_and_recomputed(tmp_path, cli, monkeypatch):
         counts = mutant_laws._load_array(path, cells)
         assert counts is not None and counts.sum() == mutant_laws.LAW_SAMPLES
     data = bytearray(paths[2].read_bytes())
-    data[-mutant_laws._TRAILER_BYTES - 1] ^= 1  # one flipped bit in the last count: the checksum catches it
+    data[-cache.TRAILER_BYTES - 1] ^= 1  # one flipped bit in the last count: the checksum catches it
     paths[2].write_bytes(bytes(data))
     assert mutant_laws._load_array(paths[2], cells) is None
 

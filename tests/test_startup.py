@@ -73,23 +73,27 @@ def verify(*args, **kwargs):
     if not _seen:
         _seen.append(1)
         with open(os.environ["FIRST_CALL_MODULES"], "w") as out:
-            json.dump({m: m in sys.modules for m in ("scipy", "scipy.special", "scipy.optimize", "jinja2")}, out)
+            json.dump({m: m in sys.modules for m in ("scipy", "scipy.special", "scipy.optimize", "jinja2", "yaml",
+                                                     "pydantic")}, out)
     return _reference(*args, **kwargs)
 '''
 
 
-def test_a_run_reaches_its_first_block_before_importing_scipy(tmp_path):
+def test_a_run_reaches_its_first_block_before_importing_scipy_and_a_known_scenario_before_pydantic(tmp_path):
     verifier, seen = tmp_path / "timed.py", tmp_path / "first.json"
     verifier.write_text(VERIFIER)
-    done = subprocess.run(
-        [sys.executable, "-m", "specaudit.cli", "run", f"{verifier}:verify", "-s", "markov-v4", "--samples", "20000"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "FIRST_CALL_MODULES": str(seen)},
-    )
-    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
-    assert "specaudit: PASSED (1 passed)" in done.stdout
-    assert "power of the joint-law check" in done.stdout  # the power figures, computed after the child, are there
-    assert json.loads(seen.read_text()) == {"scipy": False, "scipy.special": False, "scipy.optimize": False,
-                                            "jinja2": False}
+    env = {**os.environ, "FIRST_CALL_MODULES": str(seen), "SPECAUDIT_CACHE": str(tmp_path / "cache")}
+    for validated_before in (False, True):  # the first run validates markov-v4 and caches it; the second reads it back
+        done = subprocess.run(
+            [sys.executable, "-m", "specaudit.cli", "run", f"{verifier}:verify", "-s", "markov-v4", "--samples", "20000"],
+            capture_output=True, text=True, timeout=300, env=env,
+        )
+        assert done.returncode == ExitCode.OK, done.stdout + done.stderr
+        assert "specaudit: PASSED (1 passed)" in done.stdout
+        assert "power of the joint-law check" in done.stdout  # the power figures, computed after the child, are there
+        assert json.loads(seen.read_text()) == {"scipy": False, "scipy.special": False, "scipy.optimize": False,
+                                                "jinja2": False, "yaml": not validated_before,
+                                                "pydantic": not validated_before}
 
 
 EXIT_PROBE = '''

@@ -37,7 +37,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import sys
 import zlib
 from collections.abc import Callable, Hashable, Mapping
@@ -56,7 +55,7 @@ from specaudit.errors import SpecauditError, UsageError
 from specaudit.laws import algorithm_of
 from specaudit.laws import chain as exact
 from specaudit.laws.mutants import KERNELS, chain_law
-from specaudit.results.document import atomic_write
+from specaudit.results.cache import CHECKSUM_TAG, TRAILER_BYTES, cache_dir, write_entry
 from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario, to_data
 from specaudit.simulate.blocks import run_blocks
 from specaudit.simulate.chain import Plan, simulate
@@ -72,7 +71,6 @@ __all__ = [
     "LawProvider",
     "Laws",
     "MutantLaw",
-    "cache_dir",
     "cached_detectable_tv",
     "default_provider",
     "is_chain",
@@ -152,15 +150,6 @@ def _joint_counts(spec: Scenario) -> JointCounts:
     return JointCounts(spec.vocab, spec.length, classes, mixed=spec.mix is not None)
 
 
-def cache_dir() -> Path | None:
-    """Return the disk cache directory for simulated laws, or None when disabled."""
-    env = os.environ.get("SPECAUDIT_CACHE")
-    if env is not None:
-        return None if env.strip().lower() in ("", "0", "off", "none", "false") else Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specaudit"
-
-
 def _cache_file(spec: Scenario, name: str, samples: int, seed: int) -> Path | None:
     """Return the disk cache file of a simulated law, or None when the disk cache is off."""
     root = cache_dir()
@@ -169,9 +158,6 @@ def _cache_file(spec: Scenario, name: str, samples: int, seed: int) -> Path | No
     return root / "mutant-laws" / __version__ / f"{spec.content_hash()}-{name}-{samples}-{seed}.npy"
 
 
-#: Trailer after the .npy data of a cache file: this tag and the SHA-256 of the data, in hex.
-_CHECKSUM_TAG = b"\nspecaudit-sha256:"
-_TRAILER_BYTES = len(_CHECKSUM_TAG) + 64
 #: Largest .npy header read (numpy's own bound); a file claiming more is not one of ours.
 _MAX_HEADER = 10_000
 
@@ -190,7 +176,7 @@ def _read_cache(path: Path, cells: int, dtype: str = "<i8") -> np.ndarray:
     """
     item = np.dtype(dtype).itemsize
     size = path.stat().st_size
-    if size > _MAX_HEADER + item * cells + _TRAILER_BYTES:
+    if size > _MAX_HEADER + item * cells + TRAILER_BYTES:
         raise ValueError(f"{size:,} bytes, more than {cells:,} entries take")
     with path.open("rb") as fh:
         version = np.lib.format.read_magic(fh)
@@ -200,11 +186,11 @@ def _read_cache(path: Path, cells: int, dtype: str = "<i8") -> np.ndarray:
             raise ValueError(f"header claims {found} of shape {tuple(shape)}; expected {np.dtype(dtype)} of shape ({cells},)")
         if size == fh.tell() + item * cells:
             raise _Unchecked  # written before cache files carried a checksum: recomputed, nothing is wrong
-        if size != fh.tell() + item * cells + _TRAILER_BYTES:
-            raise ValueError(f"{size:,} bytes, not the {fh.tell() + item * cells + _TRAILER_BYTES:,} of its header (truncated?)")
+        if size != fh.tell() + item * cells + TRAILER_BYTES:
+            raise ValueError(f"{size:,} bytes, not the {fh.tell() + item * cells + TRAILER_BYTES:,} of its header (truncated?)")
         data = fh.read(item * cells)
         trailer = fh.read()
-    if not trailer.startswith(_CHECKSUM_TAG) or trailer[len(_CHECKSUM_TAG):] != hashlib.sha256(data).hexdigest().encode():
+    if not trailer.startswith(CHECKSUM_TAG) or trailer[len(CHECKSUM_TAG):] != hashlib.sha256(data).hexdigest().encode():
         raise ValueError("checksum does not match its data")
     values = np.frombuffer(data, dtype=dtype)
     if values.dtype.kind == "i":
@@ -239,11 +225,8 @@ def _store_array(path: Path | None, counts: np.ndarray, dtype: str = "<i8") -> N
     data = np.ascontiguousarray(counts, dtype=dtype)
     buf = io.BytesIO()
     np.save(buf, data, allow_pickle=False)
-    buf.write(_CHECKSUM_TAG + hashlib.sha256(data.tobytes()).hexdigest().encode())
-    try:
-        atomic_write(path, buf.getvalue())
-    except OSError:
-        return
+    buf.write(CHECKSUM_TAG + hashlib.sha256(data.tobytes()).hexdigest().encode())  # of the data: read before use
+    write_entry(path, buf.getvalue())
 
 
 def cached_detectable_tv(probs: np.ndarray, n: int, alpha: float, power: float) -> float:

@@ -58,6 +58,7 @@ from specaudit.engine.executors import DIED, Progress
 from specaudit.engine.run import (
     ScenarioLike,
     bind_target,
+    environment,
     execute,
     finish,
     resolve_scenarios,
@@ -84,8 +85,9 @@ _JUDGING = ("scipy.special",)
 _FINISHING = ("specaudit.analysis.power", "specaudit.analysis.diagnose")
 
 
-def _import_quietly(names: Sequence[str]) -> None:
-    """Import ``names`` ahead of need; a failure is left to the import that needs the module (it raises there).
+def _prepare_quietly(names: Sequence[str]) -> None:
+    """Import ``names`` ahead of need, and ask the platform its name for the results (`environment`: ``uname -p``,
+    a subprocess, ~7 ms the end of a run then does not wait for); a failure is left to the step that needs it.
 
     At the lowest priority (Linux: niceness is per thread): the CPU it takes is what the child and
     every other process leave idle, so the verifier's measured time is not stretched by it.
@@ -98,6 +100,8 @@ def _import_quietly(names: Sequence[str]) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the same import raises again, where it is needed
             continue
+    with contextlib.suppress(OSError):  # the platform module remembers its answer
+        environment()
 
 
 def supported() -> bool:
@@ -320,7 +324,7 @@ class _Supervisor:
         """Start importing what judging and finishing need (power and diagnosis with power figures), once, in a thread."""
         if self._warming is None:
             names = _JUDGING + (_FINISHING if self.settings.power else ())
-            self._warming = threading.Thread(target=_import_quietly, args=(names,), daemon=True,
+            self._warming = threading.Thread(target=_prepare_quietly, args=(names,), daemon=True,
                                              name="specaudit-warm-imports")
             self._warming.start()
 

@@ -1,33 +1,23 @@
 """Scenario files: YAML text -> a validated `Scenario`, with ``file:line: key.path: message`` errors.
 
-Parsing keeps PyYAML's node tree beside the data, so that a pydantic error location (``target.matrix
-[2]``) is mapped back to the line that holds it; union-branch labels are dropped from locations, and
-whole-scenario checks point at the key their message names. `LoadedScenario` is what the engine
-runs: the model plus where it came from. Before any validation a file larger than
-:data:`MAX_SCENARIO_BYTES` (refused unread), a file that is not UTF-8 and a mapping that repeats a
-key (PyYAML would keep the last value silently) are ScenarioErrors. The models and their rules live in
-`specaudit.scenarios.schema`; this module only reads files and words errors.
+`LoadedScenario` is what the engine runs: the scenario plus where it came from. Before any
+parsing a file larger than :data:`MAX_SCENARIO_BYTES` (refused unread) and a file that is not
+UTF-8 are ScenarioErrors. A text validated before is read back from the cache of validated
+scenarios (`specaudit.scenarios.cache`); any other is parsed and validated by
+`specaudit.scenarios.parsing` (PyYAML, pydantic and the ``file:line`` wording of errors), which
+loads only then. The classes and their rules live in `specaudit.scenarios.schema`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
+from specaudit.errors import ScenarioError
+from specaudit.scenarios import cache
+from specaudit.scenarios.schema import MAX_SCENARIO_BYTES, Scenario
 
-from specaudit.errors import ScenarioError, closest
-from specaudit.scenarios.schema import Scenario, validate
-
-#: libyaml's safe loader when available (same nodes and marks, ~10x faster), else PyYAML's.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-#: Scenario files larger than this are refused before parsing: PyYAML keeps a node per scalar
-#: (a 50 MB file took > 4 GB and minutes), and a hand-written scenario is a few kB. An explicit
-#: 600 x 600 matrix still fits; larger chains are generated (``kind: dirichlet``, ``logits``, ``zipf``).
-MAX_SCENARIO_BYTES = 4 << 20
+__all__ = ["MAX_SCENARIO_BYTES", "LoadedScenario", "load_scenario", "parse_scenario"]
 
 
 @dataclass(frozen=True)
@@ -49,202 +39,20 @@ class LoadedScenario:
         return self.spec.name
 
 
-# ---- loading with line numbers ---------------------------------------------------------
-
-
-def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int:
-    """Return the 1-based line of the YAML node at pydantic location ``loc`` (nearest ancestor)."""
-    node, line = root, 1
-    for key in loc:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if k.value == key:
-                    node = v
-                    line = k.start_mark.line + 1
-                    break
-            # a key not in the mapping is a union tag (e.g. 'markov'): stay on this node
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-        else:
-            break
-    if isinstance(node, yaml.ScalarNode) or (isinstance(node, yaml.SequenceNode) and isinstance(loc[-1], int)):
-        line = node.start_mark.line + 1
-    return line
-
-
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for key in loc:
-        if isinstance(key, int):
-            out += f"[{key}]"
-        else:
-            out += ("." if out else "") + str(key)
-    return out or "(top level)"
-
-
-_KINDS = {"context_free", "markov", "dirichlet", "one_hot", "same_as_target", "greedy", "logits", "same_logits_as_target", "zipf"}
-
-
-def _is_branch_label(key: Any) -> bool:
-    """Tell pydantic's union-branch labels ('markov', 'int', 'list[float]') from real keys."""
-    return isinstance(key, str) and (
-        key in _KINDS or key in {"int", "str", "float"} or any(c in key for c in "[(-")
-    )
-
-
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Drop pydantic's union-branch labels from an error location."""
-    return tuple(k for k in loc if not _is_branch_label(k))
-
-
-#: A key path at the start of a message ("mix[1].target", "drafts"), and whether ": " follows it.
-_HEAD = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\])*)(: )?")
-
-
-def _parse_path(path: str) -> tuple[Any, ...]:
-    """Return the location tuple of a key path written ``mix[1].target`` (keys and list indices)."""
-    return tuple(int(p) if p.isdigit() else p for p in re.findall(r"[A-Za-z_]\w*|\d+", path))
-
-
-def _duplicate_key(root: yaml.Node | None) -> tuple[str, int, int] | None:
-    """Return (key, first line, second line) of the first key repeated in a mapping, or None.
-
-    YAML 1.2 requires unique keys, but PyYAML keeps the last value silently (``vocab: 4`` then
-    ``vocab: 8`` reads as 8); a scenario must say what it means once.
-    """
-    stack = [root] if root is not None else []
-    while stack:
-        node = stack.pop()
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[str, int] = {}
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                    line = key.start_mark.line + 1
-                    if key.value in seen:
-                        return key.value, seen[key.value], line
-                    seen[key.value] = line
-                stack.append(value)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-    return None
-
-
-#: The deepest nesting of mappings and lists a scenario file may have (the schema needs 5: mix, sampling, bias).
-MAX_NESTING = 64
-
-
-def _check_shape(text: str, path: str) -> None:
-    """Refuse a document nested past MAX_NESTING, or whose aliases expand past MAX_SCENARIO_BYTES values.
-
-    Read as a stream of events, which needs no recursion: PyYAML builds its node tree recursively,
-    and a file nested 100,000 levels deep overflowed the C loader's stack (a segfault, signal 11)
-    before any error could be raised. Aliases (``*a``) repeat a node without its bytes: ten levels
-    of nine (the "billion laughs") hung validation; expanded, no file holds more values than its
-    size allows unaliased.
-    """
-    loader = _YAML_LOADER(text)
-    depth, values = 0, 0
-    sizes: dict[str, int] = {}  # each anchor's expanded values
-    opened: list[tuple[str | None, int]] = []  # the anchor of each open collection, and the values before it
-    try:
-        while loader.check_event():
-            event = loader.get_event()
-            line = event.start_mark.line + 1
-            if isinstance(event, yaml.AliasEvent):
-                values += sizes.get(event.anchor, 1)
-            elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                opened.append((event.anchor, values))
-                values += 1
-                if depth > MAX_NESTING:
-                    raise ScenarioError(f"{path}:{line}: nested more than {MAX_NESTING} levels deep (mappings and "
-                                        "lists); a scenario needs 5 at most")
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-                anchor, before = opened.pop()
-                if anchor is not None:
-                    sizes[anchor] = values - before
-            elif isinstance(event, yaml.ScalarEvent):
-                values += 1
-                if event.anchor is not None:
-                    sizes[event.anchor] = 1
-            if values > MAX_SCENARIO_BYTES:
-                raise ScenarioError(f"{path}:{line}: its aliases (*name) expand to more than {MAX_SCENARIO_BYTES:,} "
-                                    "values, more than any scenario file can hold written out")
-    finally:
-        loader.dispose()
-
-
 def parse_scenario(text: str, path: str = "<string>") -> LoadedScenario:
-    """Parse and validate one scenario document; raise ScenarioError with file:line on any problem."""
-    loader = _YAML_LOADER(text)  # a safe loader (C or Python): no arbitrary objects
-    try:  # parse once: the node tree (for lines) and the data built from it
-        _check_shape(text, path)
-        root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        raise ScenarioError(f"{path}:{line}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
-    except (ValueError, OverflowError, RecursionError) as exc:  # a value PyYAML parsed and cannot build: an int of
-        # 5,000 digits (Python's int-from-string limit), a date 2026-13-45, nesting deeper than the stack
-        raise ScenarioError(f"{path}: a value YAML cannot build: {type(exc).__name__}: {str(exc)[:300]}") from None
-    finally:
-        loader.dispose()
-    duplicate = _duplicate_key(root)
-    if duplicate is not None:
-        key, first, again = duplicate
-        raise ScenarioError(
-            f"{path}:{again}: {key}: duplicate key (first given at line {first}); YAML would keep only the "
-            f"last value silently: give {key!r} once"
-        )
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{path}:1: a scenario must be a YAML mapping (name: ..., vocab: ..., ...)")
-    from pydantic import ValidationError  # with the validator (issue 20: a run of known scenarios imports neither)
+    """Parse and validate one scenario document; raise ScenarioError with file:line on any problem.
 
-    try:
-        spec = validate(data)
-    except ValidationError as exc:
-        raise ScenarioError(_describe(exc, root, path)) from None
-    top = root.value if isinstance(root, yaml.MappingNode) else []
-    keys = tuple((k.value, k.start_mark.line + 1) for k, _ in top if isinstance(k, yaml.ScalarNode))
+    A text validated before (by this code) is read back from the cache of validated scenarios
+    (:mod:`specaudit.scenarios.cache`), without PyYAML or pydantic.
+    """
+    cached = cache.load(text)
+    if cached is None:
+        from specaudit.scenarios import parsing  # PyYAML and pydantic: only for a text not validated before
+
+        cached = parsing.parse(text, path)
+        cache.store(text, *cached)
+    spec, keys = cached
     return LoadedScenario(spec, path, 1, keys)
-
-
-def _describe(exc: Any, root: yaml.Node | None, path: str) -> str:
-    lines, seen = [], set()
-    for err in exc.errors():
-        loc = _clean_loc(err["loc"])
-        if err["type"] == "unknown_key":
-            loc = (*loc, err["ctx"]["key"])
-        if err["type"] == "union_tag_invalid":
-            loc = (*loc, "kind")
-            allowed = err["ctx"]["expected_tags"]
-            msg = f"unknown kind {err['ctx']['tag']!r}; allowed: {allowed}{closest(str(err['ctx']['tag']), [t.strip(chr(39)) for t in allowed.split(', ')])}"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if not isinstance(err.get("input"), (dict, list)) and err["type"] != "value_error":
-                msg += f" (got {err.get('input')!r})"
-            # whole-scenario checks name their key first ("drafts = 5 exceeds k", "mix[1].target: token ids"):
-            # point at it, and drop a "key.path: " prefix so the path is printed once
-            head = _HEAD.match(msg)
-            if not loc and head:
-                loc = _parse_path(head.group(1))
-                if head.group(2):
-                    msg = msg[head.end():]
-            row = re.match(r"^row (\d+) ", msg)
-            if row:  # point at the offending row of a matrix
-                loc = (*loc, int(row.group(1)))
-        text = f"{path}:{_line_of(root, loc)}: {_format_loc(loc)}: {msg}"
-        if text not in seen:
-            seen.add(text)
-            lines.append(text)
-    return "\n".join(lines)
 
 
 def load_scenario(path: str | Path) -> LoadedScenario:

@@ -44,6 +44,11 @@ SCHEMA_VERSION = 1
 SUM_TOLERANCE = 1e-6
 #: The joint test enumerates V**L cells; beyond this it is skipped (per-prefix tests take over).
 MAX_JOINT_CELLS = 1 << 20
+#: Scenario files larger than this are refused before parsing: PyYAML keeps a node per scalar
+#: (a 50 MB file took > 4 GB and minutes), and a hand-written scenario is a few kB. An explicit
+#: 600 x 600 matrix still fits; larger chains are generated (``kind: dirichlet``, ``logits``, ``zipf``).
+#: A document's aliases may not expand past as many values either.
+MAX_SCENARIO_BYTES = 4 << 20
 
 
 class Rule:
@@ -82,7 +87,7 @@ class Check:
         return wrap(self.function, handler(source))
 
 
-class _Spec:
+class Spec:
     """Base of every schema class: strict fields, unknown keys named with their closest match, ``_check`` run last.
 
     Subclasses are ``@dataclass(frozen=True, kw_only=True)``.
@@ -117,7 +122,7 @@ class _Spec:
             return schema
         schema["strict"] = False  # a mapping validates into the class; its fields stay strict
 
-        def checked(value: _Spec) -> _Spec:
+        def checked(value: Spec) -> Spec:
             value._check()
             return value
 
@@ -164,7 +169,7 @@ def _adapter_name(value: Any) -> Any:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ContextFree(_Spec):
+class ContextFree(Spec):
     """Every token drawn from one explicit probability vector, whatever the context."""
 
     kind: Literal["context_free"]
@@ -176,7 +181,7 @@ class ContextFree(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Markov(_Spec):
+class Markov(Spec):
     """First-order chain with explicit transition rows; ``start`` is the context before token 0."""
 
     kind: Literal["markov"]
@@ -189,7 +194,7 @@ class Markov(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Dirichlet(_Spec):
+class Dirichlet(Spec):
     """Random first-order chain: each row ~ Dirichlet(concentration), optionally on a random support."""
 
     kind: Literal["dirichlet"]
@@ -215,7 +220,7 @@ class Dirichlet(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Zipf(_Spec):
+class Zipf(Spec):
     """Lazy large-vocabulary chain: a Zipf law per full prefix, ranks permuted by a hash.
 
     Chains with the same ``seed`` rank tokens alike in every context; ``exponent`` sets the
@@ -246,7 +251,7 @@ class Zipf(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class OneHot(_Spec):
+class OneHot(Spec):
     """The argmax (ties to the first index) of a base chain, as a deterministic chain."""
 
     kind: Literal["one_hot"]
@@ -258,14 +263,14 @@ class OneHot(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SameAsTarget(_Spec):
+class SameAsTarget(Spec):
     """Drafter equal to the target: p = q everywhere, so every draft must be accepted."""
 
     kind: Literal["same_as_target"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Greedy(_Spec):
+class Greedy(Spec):
     """Greedy drafter: q is one-hot at the argmax of ``base`` (the target when omitted)."""
 
     kind: Literal["greedy"]
@@ -273,7 +278,7 @@ class Greedy(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sampling(_Spec):
+class Sampling(Spec):
     """Sampling processing of one role: mask, bias, penalties -> temperature -> top-k -> top-p -> min-p
     (specaudit.chains.processing). The serving keys (penalties, logit_bias, allowed_tokens) are off when omitted."""
 
@@ -322,7 +327,7 @@ MAX_HISTORY_STATES = 2048
 
 
 @dataclass(frozen=True, kw_only=True)
-class MixClass(_Spec):
+class MixClass(Spec):
     """One request class of a batch mix: its share of the requests and its sampling parameters."""
 
     name: Annotated[str, Rule(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
@@ -338,7 +343,7 @@ class MixClass(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Logits(_Spec):
+class Logits(Spec):
     """Raw logits processed by ``sampling``: an explicit ``matrix`` (1 row: context-free; V rows:
     first-order, -.inf for probability 0) or random rows ``scale * N(0, 1)`` drawn from ``seed``."""
 
@@ -363,7 +368,7 @@ class Logits(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SameLogitsAsTarget(_Spec):
+class SameLogitsAsTarget(Spec):
     """Drafter on the target's raw logits processed with its own ``sampling`` (target kind logits)."""
 
     kind: Literal["same_logits_as_target"]
@@ -403,7 +408,7 @@ MAX_TREE_NODES = 512
 
 
 @dataclass(frozen=True, kw_only=True)
-class TreeSpec(_Spec):
+class TreeSpec(Spec):
     """Shape of the draft trees of an ``algorithm: tree`` scenario (its depth is ``k``)."""
 
     width: Annotated[Annotated[int, Rule(ge=1, le=64)] | list[Annotated[int, Rule(ge=1, le=64)]], Rule(
@@ -422,7 +427,7 @@ class TreeSpec(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AdapterSpec(_Spec):
+class AdapterSpec(Spec):
     """How a scenario drives its target: an adapter (specaudit.adapters) and its options."""
 
     name: Annotated[str, Rule(min_length=1, max_length=300)]
@@ -430,7 +435,7 @@ class AdapterSpec(_Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scenario(_Spec):
+class Scenario(Spec):
     """One audit scenario (schema version 1)."""
 
     schema: Literal[1] = 1
@@ -767,7 +772,7 @@ def to_data(value: Any, *, exclude_none: bool = False) -> Any:
     What pydantic's ``dump_python(mode="json")`` gives (a test holds them equal on every shipped
     scenario); ``exclude_none`` leaves out the fields that are None, at any depth.
     """
-    if isinstance(value, _Spec):
+    if isinstance(value, Spec):
         pairs = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(cast(Any, value)))
         return {name: to_data(item, exclude_none=exclude_none) for name, item in pairs if not (exclude_none and item is None)}
     if isinstance(value, dict):

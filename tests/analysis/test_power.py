@@ -20,6 +20,7 @@ from specaudit.engine import run as runner
 from specaudit.errors import UsageError
 from specaudit.laws import chain as exact
 from specaudit.laws import mutants as kernel_laws
+from specaudit.results import cache
 from specaudit.scenarios.catalogue import resolve
 from specaudit.stats import gof as stats
 from specaudit.stats import power as spower
@@ -178,7 +179,7 @@ def test_simulated_law_is_cached_on_disk_and_rebuilt_when_corrupt(tmp_path, monk
 
 def test_cache_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("SPECAUDIT_CACHE", "off")
-    assert mutant_laws.cache_dir() is None
+    assert cache.cache_dir() is None
 
 
 def test_scenario_power_flags_blind_and_underpowered_scenarios():
@@ -261,7 +262,7 @@ def test_detectable_tv_is_cached_on_disk_and_a_bad_file_is_recomputed(tmp_path, 
     other = mutant_laws.cached_detectable_tv(probs, 6000, 1e-4, spower.TARGET_POWER)  # another n: another key
     assert other == spower.detectable_tv(probs, 6000, 1e-4) and other < want
     data = bytearray(path.read_bytes())
-    data[-mutant_laws._TRAILER_BYTES - 1] ^= 1  # a flipped bit in the value: the checksum no longer matches
+    data[-cache.TRAILER_BYTES - 1] ^= 1  # a flipped bit in the value: the checksum no longer matches
     path.write_bytes(bytes(data))
     assert mutant_laws.cached_detectable_tv(probs, 5000, 1e-4, spower.TARGET_POWER) == want
     err = capsys.readouterr().err
@@ -285,7 +286,7 @@ def test_a_hostile_detectable_tv_file_is_recomputed(tmp_path, capsys, header, va
     pad = 64 - (10 + len(text) + 1) % 64
     payload = np.array([value]).tobytes()
     path.write_bytes(b"\x93NUMPY\x01\x00" + (len(text) + pad + 1).to_bytes(2, "little") + text + b" " * pad + b"\n"
-                     + payload + mutant_laws._CHECKSUM_TAG + hashlib.sha256(payload).hexdigest().encode())
+                     + payload + cache.CHECKSUM_TAG + hashlib.sha256(payload).hexdigest().encode())
     assert mutant_laws.cached_detectable_tv(probs, 3000, 1e-3, spower.TARGET_POWER) == want
     err = capsys.readouterr().err
     assert why in err and err.count("ignored cache file") == 1, err
