@@ -190,7 +190,7 @@ def main() -> None:
         ("CPU of the whole command, s", [r[3] for r in runs], ""),
         ("whole command / inside the verifier", [r[1] / r[2] for r in runs], f"<= {RATIO_GOAL} (5.0 before)"),
         ("  the same, exit collecting (main bare)", [r[1] / r[2] for r in collected], "the console script freezes"),
-        ("floor of the ratio (schema floor + verifier)",
+        ("floor of the ratio (floor above + verifier)",
          [(min(floors[FLOORS[-1][0]]) + r[2]) / r[2] for r in runs], "a run with no overhead but its imports"),
     ]
     for name, values, goal in rows:

@@ -1,8 +1,9 @@
 """Shared fixtures: the law cache kept out of the user's home, one CLI helper, the test verifiers.
 
 Every test runs with ``SPECAUDIT_CACHE`` pointing at one directory of this pytest session (the
-mutant-law cache of `specaudit.analysis` would otherwise write to ``~/.cache/specaudit``); tests
-that need a private or disabled cache still set the variable themselves, after this fixture.
+mutant-law cache of `specaudit.analysis` and the cache of validated scenarios of
+`specaudit.scenarios.cache` would otherwise write to ``~/.cache/specaudit``); tests that need a
+private or disabled cache still set the variable themselves, after this fixture.
 """
 
 from collections.abc import Callable, Iterator

@@ -23,9 +23,9 @@ Cache policy
 ------------
 Every law is remembered in memory for the life of the process (one dictionary, keyed by what
 the law depends on). Simulated joint counts are also cached on disk, keyed by the scenario's
-content hash, the specaudit version, the mutant name, the sample count and the seed, under
-``$SPECAUDIT_CACHE`` (default ``$XDG_CACHE_HOME/specaudit`` or ``~/.cache/specaudit``;
-``SPECAUDIT_CACHE=off`` disables the disk cache). Files are written atomically and are safe to
+content hash, the specaudit version, the mutant name, the sample count and the seed, in the cache
+folder of :mod:`specaudit.results.cache` (``$SPECAUDIT_CACHE``, default ``$XDG_CACHE_HOME/specaudit`` or
+``~/.cache/specaudit``; ``SPECAUDIT_CACHE=off`` disables it). Files are written atomically and are safe to
 delete at any time; each is a ``.npy`` array followed by the SHA-256 of its data, and a file
 whose header, size or checksum is wrong is ignored with a one-line warning and recomputed. A cold cache costs about 0.25 s per simulated (mutant, scenario) pair at
 200,000 sequences; a warm one nothing.
