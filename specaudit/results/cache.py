@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
-from specaudit.errors import UsageError
-from specaudit.results.document import atomic_write
+from specaudit.results.document import replace_file
 
 #: Trailer after a sealed file's contents: this tag and the SHA-256 of the contents, in hex.
 CHECKSUM_TAG = b"\nspecaudit-sha256:"
@@ -47,10 +47,13 @@ def unseal(data: bytes) -> bytes:
 def read_sealed(path: Path, limit: int) -> bytes:
     """Return the contents of the sealed file ``path`` of at most ``limit`` content bytes.
 
-    Raises OSError when it cannot be read, ValueError when it is larger than the limit allows or
-    its checksum is wrong.
+    Raises OSError when it cannot be read, ValueError when it is no regular file (a FIFO would block
+    the open, a device never end), is larger than the limit allows or its checksum is wrong.
     """
-    with path.open("rb") as fh:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens at once, and is refused below
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
         data = fh.read(limit + TRAILER_BYTES + 1)
     if len(data) > limit + TRAILER_BYTES:
         raise ValueError(f"larger than the {limit:,} bytes a cache file of its kind holds")
@@ -58,10 +61,11 @@ def read_sealed(path: Path, limit: int) -> bytes:
 
 
 def write_entry(path: Path, data: bytes) -> None:
-    """Write a cache file atomically; a folder that cannot be written (read-only, full, a file in its place) only costs the cache."""
+    """Write a cache file atomically, in place of whatever is there (a FIFO is replaced, not written through);
+    a folder that cannot be written (read-only, full, a file in its place) only costs the cache."""
     try:
-        atomic_write(path, data)
-    except (OSError, UsageError):  # atomic_write words an OSError as a UsageError (for the report files)
+        replace_file(path, data)
+    except OSError:
         return
 
 

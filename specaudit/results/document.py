@@ -38,6 +38,7 @@ from specaudit.results import (
 __all__ = [
     "SCHEMA_VERSION",
     "atomic_write",
+    "replace_file",
     "dumps",
     "from_document",
     "read",
@@ -436,6 +437,15 @@ def _replace(path: Path, raw: bytes) -> Path:
         with open(path, "wb") as fh:  # no temporary file can stand in for a device: written as it is
             fh.write(raw)
         return path
+    return replace_file(path, raw)
+
+
+def replace_file(path: Path, raw: bytes) -> Path:
+    """Write ``raw`` to a temporary file beside ``path``, then put it in ``path``'s place (``os.replace``).
+
+    Whatever ``path`` was (a file, a FIFO, a link) is replaced, never written through; the
+    folders above it are made. Raises OSError.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()

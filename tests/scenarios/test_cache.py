@@ -1,13 +1,16 @@
 """The cache of validated scenarios: read back equal, without PyYAML or pydantic; any damaged entry validated again.
 
-Every hostile entry (truncated, a flipped bit, empty, a folder, a pickle that names a function, one
-that holds something else, one too large) must cost only time: the scenario is validated again,
-one warning names the file, and the entry is written anew. A cache folder that cannot be written
+Every hostile entry (truncated, a flipped bit, empty, a folder, a FIFO, a pickle that names a
+function, one that holds something else, one too large, and entries forged with a recomputed seal to
+hold a scenario of a wrong type, a missing field or a value out of bounds) must cost only time: the
+scenario is validated again, one warning names the file, and the entry is written anew (a forged
+vocab gave exit 3, a FIFO hung the run, before they were checked). A cache folder that cannot be written
 must not fail a run (it failed with exit 4 when the mutant-law cache could not be written).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -127,16 +130,33 @@ def _pickled_call(marker: Path) -> bytes:
     return pickle.dumps(Call())
 
 
+def _forged(change: str) -> bytes:
+    """Return a sealed entry of TEXT's scenario forged past validation: one field changed as ``change`` says."""
+    spec = parse_scenario(TEXT).spec
+    if change == "wrong type":
+        spec = dataclasses.replace(spec, vocab="x")
+    elif change == "missing field":
+        spec = dataclasses.replace(spec)
+        del vars(spec)["vocab"]
+    elif change == "out of bounds":
+        spec = dataclasses.replace(spec, target=dataclasses.replace(spec.target, start=-2))
+    elif change == "rules broken":
+        spec = dataclasses.replace(spec, drafts=5)  # more drafts than k: the whole-scenario check
+    return seal(pickle.dumps((spec, parse_scenario(TEXT).keys)))
+
+
 def _hostile(kind: str, good: bytes, tmp_path: Path) -> bytes | None:
-    """Return the bytes of a damaged entry of kind ``kind`` (None: a folder in its place)."""
+    """Return the bytes of a damaged entry of kind ``kind`` (None: a folder or a FIFO in its place)."""
     if kind == "truncated":
         return good[: len(good) // 2]
     if kind == "flipped bit":
         return good[:10] + bytes([good[10] ^ 1]) + good[11:]
     if kind == "empty":
         return b""
-    if kind == "a folder":
+    if kind in ("a folder", "a FIFO"):
         return None
+    if kind.startswith("forged: "):
+        return _forged(kind.removeprefix("forged: "))
     if kind == "names a function":
         return seal(_pickled_call(tmp_path / "ran"))
     if kind == "holds a mapping":
@@ -151,8 +171,9 @@ def _hostile(kind: str, good: bytes, tmp_path: Path) -> bytes | None:
     raise AssertionError(kind)
 
 
-HOSTILE = ("truncated", "flipped bit", "empty", "a folder", "names a function", "holds a mapping",
-           "holds another schema class", "keys not pairs", "garbage opcodes")
+HOSTILE = ("truncated", "flipped bit", "empty", "a folder", "a FIFO", "names a function", "holds a mapping",
+           "holds another schema class", "keys not pairs", "garbage opcodes", "forged: wrong type",
+           "forged: missing field", "forged: out of bounds", "forged: rules broken")
 
 
 @pytest.mark.parametrize("kind", HOSTILE)
@@ -163,8 +184,10 @@ def test_a_damaged_entry_is_validated_again_with_one_warning(kind, tmp_path, own
     (entry,) = _entries(own_cache)
     hostile = _hostile(kind, entry.read_bytes(), tmp_path)
     entry.unlink()
-    if hostile is None:
+    if kind == "a folder":
         entry.mkdir()
+    elif kind == "a FIFO":
+        os.mkfifo(entry)
     else:
         entry.write_bytes(hostile)
     capsys.readouterr()
@@ -186,7 +209,7 @@ def test_an_entry_larger_than_its_limit_is_refused_unread(tmp_path, own_cache, c
     assert "larger than the" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kind", ("names a function", "truncated"))
+@pytest.mark.parametrize("kind", ("names a function", "truncated", "forged: wrong type", "forged: missing field"))
 def test_a_run_over_a_damaged_entry_passes_with_the_warning(kind, tmp_path, own_cache, cli):
     path = tmp_path / "s.yaml"
     path.write_text(TEXT)
