@@ -197,6 +197,8 @@ def _describe(exc: ValidationError, root: yaml.Node | None, path: str) -> str:
             msg = "required key is missing"
         else:
             msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "dataclass_type":  # a nested class given a non-mapping: worded as when it was a model
+                msg = f"Input should be a valid dictionary or instance of {err['ctx']['class_name']}"
             if not isinstance(err.get("input"), (dict, list)) and err["type"] != "value_error":
                 msg += f" (got {err.get('input')!r})"
             # whole-scenario checks name their key first ("drafts = 5 exceeds k", "mix[1].target: token ids"):

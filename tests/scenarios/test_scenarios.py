@@ -54,6 +54,9 @@ LAUGHS = "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
         (("samples: 100", "samples: 100\ndrafts: 5"), r"drafts: drafts = 5 exceeds k = 2; allowed: 0\.\.2"),
         (("samples: 100", "samples: 100\ndrafts: [0.5, 0.5]"), r"drafts weights need k \+ 1 = 3 entries"),
         (("name: t", "name: t\nfoo: 1"), r"bad\.yaml:2: foo: unknown key 'foo'; allowed: schema, name"),
+        # a nested class given a non-mapping: worded as it was when the classes were pydantic models
+        (("samples: 100", "samples: 100\nadapter: 3"), r"^bad\.yaml:\d+: adapter: Input should be a valid dictionary or "
+                                                       r"instance of AdapterSpec \(got 3\)$"),
         (("length: 2", "length: [2"), r"bad\.yaml:\d+: malformed YAML"),
         # values PyYAML parses and cannot build, and a nesting its recursive composer would overflow the stack on
         # (a segfault in the C loader); each was exit 3 or a crash
