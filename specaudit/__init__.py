@@ -39,7 +39,7 @@ Folders, each answering one question (top to bottom: a folder imports only from 
    adapters/           -- how is a verifier in another layout driven? torch, HF, vLLM,
                           FlashInfer, SGLang trees
    laws/               -- what must a lossless verifier's output look like? exact reference laws
-   scenarios/          -- what is audited? YAML files validated into frozen models; the catalogue
+   scenarios/          -- what is audited? YAML files validated into frozen dataclasses; the catalogue
    contract/           -- what must a verifier do, and how is it called? chain, logits and tree
                           contracts, the safe call, loading a TARGET
    chains/             -- where do tokens come from? tabular, lazy and logits chains; processing

@@ -7,7 +7,8 @@ verdict rule (:attr:`ScenarioResult.status`, :attr:`RunResult.status`) and the o
 a re-run is reported (:meth:`ScenarioResult.reported_checks`) live here once, so every reporter
 renders these objects and none re-derives a verdict. The JSON form is only the file boundary:
 :mod:`specaudit.results.document` writes and reads it (pytest's ``reports.py`` keeps a report's
-JSON form with the report in the same way).
+JSON form with the report in the same way), and :mod:`specaudit.results.cache` the files of the
+disk cache (its folder, and files sealed with their SHA-256).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Scenarios: what an audit runs, as YAML files validated into frozen models; all validation lives here.
+"""Scenarios: what an audit runs, as YAML files validated into frozen dataclasses; all validation lives here.
 
-``schema`` holds the pydantic models (`Scenario`, the chain kinds, `TreeSpec`, `AdapterSpec`) and
-their rules; ``loading`` reads a YAML file into a `LoadedScenario` with ``file:line: key.path:``
-messages; ``catalogue`` knows the shipped scenarios, the default suite and how ``--scenario``
+``schema`` holds the classes (`Scenario`, the chain kinds, `TreeSpec`, `AdapterSpec`), their rules
+and their pydantic validator, built on first use; ``loading`` reads a YAML file into a
+`LoadedScenario`, from ``cache`` (the validated scenarios remembered on disk) when the text was
+validated before, else through ``parsing`` (PyYAML, pydantic and the ``file:line: key.path:``
+messages); ``catalogue`` knows the shipped scenarios, the default suite and how ``--scenario``
 values resolve. The names below are re-exported so that ``from specaudit.scenarios import
 load_scenario`` keeps working as it did when this folder was one module.
 """
