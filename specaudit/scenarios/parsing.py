@@ -107,6 +107,11 @@ def _duplicate_key(root: yaml.Node | None) -> tuple[str, int, int] | None:
 MAX_NESTING = 64
 
 
+def _too_deep(path: str, line: int) -> ScenarioError:
+    return ScenarioError(f"{path}:{line}: nested more than {MAX_NESTING} levels deep (mappings and lists); "
+                         "a scenario needs 5 at most")
+
+
 def _check_shape(text: str, path: str) -> None:
     """Refuse a document nested past MAX_NESTING, or whose aliases expand past MAX_SCENARIO_BYTES values.
 
@@ -131,8 +136,7 @@ def _check_shape(text: str, path: str) -> None:
                 opened.append((event.anchor, values))
                 values += 1
                 if depth > MAX_NESTING:
-                    raise ScenarioError(f"{path}:{line}: nested more than {MAX_NESTING} levels deep (mappings and "
-                                        "lists); a scenario needs 5 at most")
+                    raise _too_deep(path, line)
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
                 anchor, before = opened.pop()
@@ -145,6 +149,14 @@ def _check_shape(text: str, path: str) -> None:
             if values > MAX_SCENARIO_BYTES:
                 raise ScenarioError(f"{path}:{line}: its aliases (*name) expand to more than {MAX_SCENARIO_BYTES:,} "
                                     "values, more than any scenario file can hold written out")
+    except yaml.MarkedYAMLError as exc:
+        # libyaml (PyYAML 6.0.4's C loader) scans flow collections ahead of the events and stops at its own
+        # nesting limit (1,000 flow levels) before this loop sees level 65: the same refusal, worded as ours
+        if "nesting" not in str(exc.problem):
+            raise
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        raise _too_deep(path, line) from None
     finally:
         loader.dispose()
 
