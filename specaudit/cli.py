@@ -698,6 +698,56 @@ def list_adapters() -> None:
         click.echo(f"alias {alias}: {preset.target} with --adapter {preset.adapter}{opts}{suite}")
 
 
+@main.command("engines")
+@click.option("--latest", is_flag=True, help="Ask the package index for each engine's newest release and say "
+              "whether specaudit can still drive it (fetches its verifier's files).")
+@click.option("--fetch", "fetch_specs", multiple=True, metavar="ENGINE@VERSION",
+              help="Fetch a release's verifier files into the cache now (for a machine without the package index).")
+def list_engines(latest: bool, fetch_specs: tuple[str, ...]) -> None:
+    """List the engines audited by release (ENGINE@VERSION): their layouts, what is cached, the newest release."""
+    from specaudit import engines
+    from specaudit.engines import fetch as releases
+
+    for spec in fetch_specs:
+        found = engines.split(spec)
+        if found is None:
+            raise UsageError(f"--fetch {spec!r}: expected ENGINE@VERSION (engines: {', '.join(engines.ENGINES)})")
+        got = releases.fetch(*found)
+        click.echo(f"fetched {spec}: {got.wheel} -> {got.folder}")
+    if fetch_specs and not latest:
+        return
+    for name in engines.ENGINES:
+        engine = engines.ENGINES.get(name)
+        cached = releases.cached_versions(engine)
+        click.echo(f"{engine.name} ({engine.distribution}): {engine.summary}")
+        for layout in engine.layouts:
+            note = f"; {layout.note}" if layout.note else ""
+            how = f"adapter {layout.adapter}" if layout.adapter else "canonical contract"
+            click.echo(f"  {layout.versions}: {layout.target} ({how}{', Triton' if layout.triton else ''}){note}")
+        if engine.installed_target:
+            click.echo(f"  unversioned `{engine.name}`-style target: {engine.installed_target} (the installed release)")
+        click.echo(f"  cached: {', '.join(cached) or 'none'} (in {releases.engines_folder() / engine.distribution})")
+        if latest:
+            click.echo(f"  latest: {_drivable(engine)}")
+
+
+def _drivable(engine: object) -> str:
+    """Return ``VERSION, drivable: yes|no (why)`` for the newest release of ``engine``."""
+    from specaudit import engines
+    from specaudit.engines import fetch as releases
+
+    assert isinstance(engine, releases.Engine)
+    try:
+        version = releases.latest(engine)
+    except releases.EngineError as exc:
+        return f"unknown ({exc})"
+    try:
+        engines.load(f"{engine.name}@{version}")  # fetched, and its verifier made callable
+    except releases.EngineError as exc:
+        return f"{version}, drivable: no ({exc})"
+    return f"{version}, drivable: yes (layout {engine.layout(version).versions})"  # type: ignore[union-attr]
+
+
 @main.command()
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
 def schema(output: str | None) -> None:

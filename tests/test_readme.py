@@ -74,9 +74,10 @@ SMALLER: dict[str, dict[str, str]] = {
     # the default suite through torch tensors: 26 s of CPU at 15,000 (2-core machine, 2026-12-01)
     "specaudit run specaudit.adapters.torch_reference:verify --adapter torch --dtype float32": {"--samples": "3000"},
     # HF's _speculative_sampling is batch-1 (under 3,000 sequences/s; 42 s of CPU for the suite at 2,000
-    # on the 2-core machine, 2026-12-01): 500 per scenario. Both exit 1 at any size (exact probes: r <= p/q)
-    "specaudit run hf-transformers": {"--samples": "500"},
-    "specaudit run hf-transformers --adapter-arg assistant_ensemble_weight=0.5": {"--samples": "500"},
+    # on the 2-core machine, 2026-12-01): 500 per scenario. 5.24.0 exits 1 at any size (exact probes: r <= p/q)
+    "specaudit run hf-transformers@5.24.0": {"--samples": "500"},
+    "specaudit run hf-transformers@5.25.0": {"--samples": "500"},
+    "specaudit run hf-transformers@5.25.0 --adapter-arg assistant_ensemble_weight=0.5": {"--samples": "500"},
     # the default suite with 20 seeds, the law stage and the zoo in full (README); 10 seeds of markov-v4
     # here, with the law stage at its default size (markov-v4 + the per-prefix/PIT coverage scenario)
     "specaudit selftest": {"--seeds": "10", "-s": "markov-v4"},
@@ -89,11 +90,11 @@ SLOW = {
     "pip install -e '.[ray]' && specaudit run mypkg.spec:verify --backend ray [--ray-address ADDR]",
     # 22 s of CPU even at --samples 500 (HF's exact probes run batch-1); the line above already runs
     # the HF suite in every CI run, and tests/adapters/test_hf.py runs this lossy weight
-    "specaudit run hf-transformers --adapter-arg assistant_ensemble_weight=0.5",
+    "specaudit run hf-transformers@5.25.0 --adapter-arg assistant_ensemble_weight=0.5",
 }
 
 # Python packages a line needs (checked with importlib.util.find_spec); a line is skipped without them.
-NEEDS = {"--backend ray": "ray", "hf-transformers": "transformers", "--adapter torch": "torch"}
+NEEDS = {"--backend ray": "ray", "hf-transformers": "torch", "--adapter torch": "torch"}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ candidate_length, new_logits, assistant_ensemble_weight=None) -> (valid_tokens, 
   drafts plus that token ([1, n_matches + 1]) — so ``n_out = n_matches + 1``;
 - its draws come from torch's global generator: the adapter seeds it from the harness rng once
   per verify call (inside ``torch.random.fork_rng``, so the caller's torch state is untouched);
+- releases before the DIVERSE option (5.0.0, ...) take ``is_done_candidate`` instead as fifth
+  argument (True drops the bonus when the candidate ended the sequence); the adapter reads the
+  signature and passes False, as ``generate()`` does for a sequence that has not ended;
 - ``assistant_ensemble_weight = w`` in (0, 1) accepts with ``1 - w + w p/q`` (DIVERSE,
   arXiv 2604.07622): lossy by design, and specaudit must fail it.
 
@@ -28,7 +31,8 @@ views of tensors built once per call.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -59,6 +63,13 @@ def _ensemble_weight(value: Any) -> float | None:
     return w
 
 
+def _parameters(target: Callable[..., Any]) -> Mapping[str, Any] | None:
+    try:
+        return inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a builtin or C function: its signature cannot be read
+        return None
+
+
 def build(
     target: Callable[..., Any],
     device: str = "cpu",
@@ -73,7 +84,17 @@ def build(
 
     check_device(device)
     fdt = torch_dtype(dtype)
-    extra = {} if assistant_ensemble_weight is None else {"assistant_ensemble_weight": assistant_ensemble_weight}
+    extra: dict[str, Any] = {}
+    params = _parameters(target)
+    if assistant_ensemble_weight is not None:
+        if params is not None and "assistant_ensemble_weight" not in params:
+            raise ContractError("layout", "this release's _speculative_sampling takes no assistant_ensemble_weight "
+                                "(added in transformers 5.x with DIVERSE)")
+        extra["assistant_ensemble_weight"] = assistant_ensemble_weight
+    if params is not None and "is_done_candidate" in params:
+        # releases up to 5.x's early ones: True drops the bonus when the candidate ended the sequence; a
+        # sequence that has not ended (every call here) passes False, as generate() does then
+        extra["is_done_candidate"] = False
 
     def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
         k = draft.shape[1]

@@ -109,6 +109,9 @@ def compare(old: RunResult, new: RunResult, rules: Sequence[Rule] = (), path: st
     """
     before = {s.name: s for s in old.scenarios}
     rows, regressions, not_comparable = [], [], []
+    was, now = (" ".join((old.environment.get(k) or "-") for k in ("engine", "engine_version")),
+                " ".join((new.environment.get(k) or "-") for k in ("engine", "engine_version")))
+    engine_change = f"{was} -> {now}" if was != now else ""
     for s in new.scenarios:
         o = before.pop(s.name, None)
         if o is None:
@@ -129,6 +132,8 @@ def compare(old: RunResult, new: RunResult, rules: Sequence[Rule] = (), path: st
             notes.append(f"newly {status_new}")
         elif status_old in ("failed", "error") and status_new == "passed":
             notes.append("fixed")
+        if engine_change and status_old != status_new:  # say what changed besides the verifier under test
+            notes.append(f"engine {engine_change}")
         for rule in rules:
             metric = METRICS[rule.metric]
             a, b = metric.read(o), metric.read(s)
@@ -157,5 +162,6 @@ def compare(old: RunResult, new: RunResult, rules: Sequence[Rule] = (), path: st
         rows=tuple(rows),
         regressions=tuple(regressions),
         not_comparable=tuple(not_comparable),
+        engine_change=engine_change,
     )
 

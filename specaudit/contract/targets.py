@@ -1,4 +1,4 @@
-"""Load a verifier from a TARGET: ``pkg.mod:attr``, ``path/to/file.py:attr``, an alias, or ``mutant:NAME``.
+"""Load a verifier from a TARGET: ``pkg.mod:attr``, ``path/to/file.py:attr``, an alias, ``ENGINE@VERSION`` or ``mutant:NAME``.
 
 Each failure is a TargetLoadError (usage error, exit code 4) that says which of four things went
 wrong: the module does not exist, the module exists but raised while importing (the user's
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specaudit import engines
 from specaudit.contract.guard import user_interrupted
 from specaudit.errors import TargetLoadError, closest
 from specaudit.registry import Registry
@@ -86,6 +87,8 @@ LEGACY: dict[str, str] = {
 
 def import_string(spec: str) -> str:
     """Return the import string ``spec`` stands for: an alias's, a legacy one's new form, or ``spec``."""
+    if engines.split(spec) is not None:  # ENGINE@VERSION: loaded from the release, never imported by name
+        return spec
     if spec in ALIASES:
         return ALIASES.get(spec).target
     for old, new in LEGACY.items():
@@ -95,7 +98,14 @@ def import_string(spec: str) -> str:
 
 
 def alias(spec: Any) -> Alias | None:
-    """Return the alias ``spec`` names (None for an import string or a callable)."""
+    """Return the alias ``spec`` names (None for an import string or a callable).
+
+    ``ENGINE@VERSION`` is an alias too: the adapter, options and suite of the layout covering that
+    release (read without downloading anything).
+    """
+    layout = engines.layout_of(spec)
+    if layout is not None:
+        return Alias(spec, layout.adapter, layout.scenarios, layout.options)
     return ALIASES.get(spec) if isinstance(spec, str) and spec in ALIASES else None
 
 #: Top-level modules of optional dependencies -> how to install them (named in "not found" errors).
@@ -191,6 +201,8 @@ def check_target(spec: str) -> tuple[str, str]:
     if spec.startswith(MUTANT_PREFIX):
         _load_mutant(spec[len(MUTANT_PREFIX):])
         return spec, ""
+    if engines.layout_of(spec) is not None:  # ENGINE@VERSION: a known engine, a version its layouts cover
+        return spec, ""
     spec = import_string(spec)
     module_part, sep, attr_part = spec.rpartition(":")
     if not sep or not module_part or not attr_part:
@@ -264,6 +276,8 @@ def load_object(spec: str) -> Any:
     """Return the object named by ``spec`` (``pkg.mod:attr``, ``file.py:attr``, an alias or ``mutant:NAME``)."""
     if spec.startswith(MUTANT_PREFIX):
         return _load_mutant(spec[len(MUTANT_PREFIX):])
+    if engines.split(spec) is not None:
+        return engines.load(spec).verifier
     module_part, attr_part = check_target(spec)
     module = _import_file(Path(module_part)) if _is_file(module_part) else _import_module(module_part)
     obj: Any = module

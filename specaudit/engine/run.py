@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from specaudit import __version__, adapters
+from specaudit import __version__, adapters, engines
 from specaudit.checks.statistical import has_joint_law
 from specaudit.contract import logits, tree
 from specaudit.contract.guard import catch_interrupts
-from specaudit.contract.targets import load_target
+from specaudit.contract.targets import import_string, load_target
 from specaudit.engine.executors import Progress
 from specaudit.engine.scenario import (
     Task,
@@ -37,6 +37,7 @@ from specaudit.engine.scenario import (
     unique_names,
 )
 from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings, default_suspect_level
+from specaudit.errors import TargetLoadError
 from specaudit.results import RunResult, ScenarioResult, Status
 from specaudit.scenarios.catalogue import resolve
 from specaudit.scenarios.loading import LoadedScenario
@@ -316,13 +317,25 @@ def finish(
         started=started,
         seconds=elapsed(),
         settings={**settings.record(adapter), **(recorded or {})},
-        environment=environment(),
+        environment=environment(target),
     )
 
 
-def environment() -> dict[str, str]:
-    """Return where this process runs (python, numpy, platform): the reports' reproduce line."""
-    return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform()}
+def environment(target: str | None = None) -> dict[str, str]:
+    """Return where this process runs (python, numpy, platform) and the engine ``target`` audited, if one.
+
+    The engine and its version (``engine``, ``engine_version``, ``engine_source``): the release of an
+    ``ENGINE@VERSION`` target, or the installed release an import string into an engine's package
+    reaches (:func:`specaudit.engines.describe`).
+    """
+    env = {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform()}
+    if target is not None:
+        module = import_string(target).rpartition(":")[0] or None
+        try:
+            env.update(engines.describe(target, module))
+        except TargetLoadError:  # a release that loaded for the run and cannot be read back now: say so
+            env["engine"] = f"{target} (its release could not be read back for the record)"
+    return env
 
 
 def _interruptible(

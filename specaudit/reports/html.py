@@ -310,7 +310,8 @@ def reproduce(result: RunResult) -> dict[str, Any]:
         "seed": result.seed,
         "adapter": settings.get("adapter"),
         "merged_shards": settings.get("merged_shards"),
-        "versions": [("specaudit", result.version), ("python", env.get("python")), ("numpy", env.get("numpy"))],
+        "versions": [("specaudit", result.version), ("python", env.get("python")), ("numpy", env.get("numpy")),
+                     *([(env["engine"], env.get("engine_version"))] if env.get("engine") else [])],
         "platform": env.get("platform"),
     }
 

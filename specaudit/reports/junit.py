@@ -67,7 +67,9 @@ def to_element(result: RunResult) -> ET.Element:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for s in result.scenarios:
         suite = ET.SubElement(root, "testsuite", name=s.name, timestamp=str(result.started))
-        _properties(suite, {k: getattr(s, k) for k in ("path", "line", "content_hash", "seed", "samples", "calls", "verifier_seconds")})
+        _properties(suite, {**{k: getattr(s, k) for k in ("path", "line", "content_hash", "seed", "samples", "calls",
+                                                          "verifier_seconds")},
+                            **{k: v for k, v in result.environment.items() if k.startswith("engine")}})
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         classname = f"specaudit.{s.name}"
         for label, err in s.reported_errors():  # the first attempt, or a re-run, that could not run

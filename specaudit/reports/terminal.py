@@ -77,7 +77,8 @@ def summary_table(result: RunResult, width: int | None = None) -> RenderableType
     above its checks, indented (with the outer border, then without), then not indented; plain lines.
     A number or a check name is never cut (issue 19).
     """
-    title = Text(f"specaudit {result.version}: {result.target}")
+    engine = result.engine()
+    title = Text(f"specaudit {result.version}: {result.target}" + (f" [{engine}]" if engine else ""))
     groups = _groups(result)
     flat = [[Text(label), *row] for label, rows in groups for row in rows]
     table = fit((Column("scenario"), *_CHECK_COLUMNS), flat, width, title=title)
@@ -149,6 +150,8 @@ def render_baseline(comparison: Comparison, console: Console, verbosity: int = 0
         console.print(Text.assemble(("regression: ", "bold red"), reg["message"]))
     if comparison.not_comparable:
         console.print(Text(f"not comparable (scenario changed): {', '.join(comparison.not_comparable)}", style="yellow"))
+    if comparison.engine_change:
+        console.print(Text(f"engine changed since the baseline: {comparison.engine_change}", style="yellow"))
 
 
 _BASELINE_COLUMNS = (

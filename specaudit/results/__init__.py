@@ -268,6 +268,8 @@ class Comparison:
     regressions: tuple[Mapping[str, Any], ...] = ()
     #: Scenarios whose content changed between the runs.
     not_comparable: tuple[str, ...] = ()
+    #: The engine release audited then and now, when they differ (``hf-transformers 5.24.0 -> 5.25.0``).
+    engine_change: str = ""
 
     @property
     def failed(self) -> bool:
@@ -280,6 +282,16 @@ class Comparison:
         d["rules"], d["rows"] = list(self.rules), [dataclasses.asdict(r) for r in self.rows]
         d["regressions"], d["not_comparable"] = [dict(r) for r in self.regressions], list(self.not_comparable)
         return d
+
+
+def engine_label(environment: Mapping[str, Any]) -> str | None:
+    """Return ``NAME VERSION (SOURCE)`` from a run's environment record, None when it audited no engine."""
+    name = environment.get("engine")
+    if not name:
+        return None
+    label = f"{name} {environment.get('engine_version', '?')}"
+    source = environment.get("engine_source")
+    return f"{label} ({source})" if source else label
 
 
 @dataclass(frozen=True)
@@ -304,7 +316,8 @@ class RunResult:
     seconds: float = 0.0
     #: The run's settings, as the results document stores them.
     settings: Mapping[str, Any] = field(default_factory=dict)
-    #: Where the run ran: ``python``, ``numpy`` and ``platform`` version strings (the reports' reproduce line).
+    #: Where the run ran: ``python``, ``numpy`` and ``platform`` version strings (the reports' reproduce line),
+    #: and the engine the target is, when it is one: ``engine``, ``engine_version``, ``engine_source``.
     environment: Mapping[str, Any] = field(default_factory=dict)
     #: Results so far of a run still going (or stopped): written after every scenario.
     partial: bool = False
@@ -315,6 +328,10 @@ class RunResult:
     def status(self) -> Status:
         """Return the run verdict: the worst scenario verdict."""
         return worst([s.status for s in self.scenarios])
+
+    def engine(self) -> str | None:
+        """Return the engine and release the run audited (``hf-transformers 5.25.0 (installed ...)``), or None."""
+        return engine_label(self.environment)
 
     def exit_code(self) -> ExitCode:
         """Return the process exit code for this run (pytest numbering)."""

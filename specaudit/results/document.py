@@ -333,6 +333,7 @@ def _comparison(value: Any, where: str) -> Comparison:
         rows=_items(_need(d, "rows", where), f"{where}.rows", _row),
         regressions=_items(d.get("regressions", []), f"{where}.regressions", _object),
         not_comparable=_items(d.get("not_comparable", []), f"{where}.not_comparable", lambda v, w: _of_kind(v, w, "string")),
+        engine_change=_of_kind(d.get("engine_change", ""), f"{where}.engine_change", "string"),
     )
 
 
