@@ -132,6 +132,8 @@ def _await_answer(answers: frames.Reader, answered: Any) -> Any:
         try:
             judged = answers.next(0.2)
         except (frames.Corrupt, OSError) as exc:  # bytes of the verifier's, or a pipe it closed or replaced
+            if _raised_by_the_verifier(exc):  # its signal handler raised an OSError (TimeoutError) during the wait
+                raise
             raise _CutOff(f"the answer to a look could not be read ({type(exc).__name__}: {exc})") from None
         if judged is not None:
             return judged

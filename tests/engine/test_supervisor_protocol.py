@@ -206,3 +206,39 @@ def test_consecutive_scenarios_share_a_pool_within_the_memory_budget(needs, toge
     from specaudit.engine.supervisor import pools
 
     assert pools(needs, together, budget=100) == groups
+
+
+def test_an_oserror_the_verifiers_signal_handler_raises_while_the_child_awaits_an_answer_is_the_verifiers(tmp_path):
+    # TimeoutError is an OSError: raised by a handler of the verifier's while the child read the answer to a look,
+    # it was taken for a pipe the verifier had cut ("the child could not hear the supervisor"), not for its own error
+    import importlib.util
+    import os
+
+    from specaudit.engine.supervisor import _await_answer, _CutOff
+
+    handler = tmp_path / "handler.py"
+    handler.write_text("def fire():\n    raise TimeoutError('its own')\n")
+    spec = importlib.util.spec_from_file_location("verifier_handler", handler)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Reader:
+        received, last_read, closed = 0, 0.0, False
+
+        def __init__(self, fault):
+            self.fault = fault
+
+        def next(self, timeout):
+            self.fault()
+
+    answered = types.SimpleNamespace(value=0)
+    with pytest.raises(TimeoutError, match="its own"):
+        _await_answer(Reader(module.fire), answered)
+    from specaudit.engine import frames
+
+    read, write = os.pipe()
+    answers = frames.Reader(read, b"k" * 32, 1 << 20)
+    os.close(write)
+    os.close(read)  # the verifier closed the answers' pipe: the read's own OSError
+    with pytest.raises(_CutOff, match="could not be read|was closed"):
+        _await_answer(answers, answered)
