@@ -77,16 +77,25 @@ def script() -> None:
     At exit CPython collects every object still alive; after a run that took some 0.25 s, finding no
     garbage (benchmarks/startup.py). Frozen (`gc.freeze`), those objects are simply dropped with the
     process, while atexit handlers, flushing and the exit code go as in any exit. Only the console
-    script does this: `main` called in a process that goes on (tests, CliRunner) leaves its streams
-    and the collector as they are.
+    script does this: `main` called in a process that goes on (tests, CliRunner) leaves its streams,
+    the collector and the signal handlers as they are. Here SIGTERM, like SIGINT, interrupts any
+    command (exit 2); once `main` has decided the exit code both are ignored.
     """
+    import signal
+
+    from specaudit.engine.stops import STOPS, stop
+
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # a TextIOWrapper's (None, or replaced, in embedders)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    for signum in STOPS:  # SIGTERM too is an interrupt (exit 2), never a death by signal, in every command
+        signal.signal(signum, stop)
     try:
         main()
     finally:
+        for signum in STOPS:  # the exit code is decided: a stop now must not change it
+            signal.signal(signum, signal.SIG_IGN)
         gc.freeze()
 
 
@@ -257,32 +266,43 @@ def run(
     **options: Any,
 ) -> None:
     """Audit the verifier TARGET (pkg.mod:attr, path/file.py:attr, or an alias)."""
-    from specaudit.engine.supervisor import execute_supervised
-    from specaudit.reports import json as json_report
-    from specaudit.reports.progress import ProgressReporter
-    from specaudit.results import RunResult
+    from specaudit.engine.stops import stop_signals
 
     gate = _baseline_gate(baseline_path, fail_on)  # bad rules or files fail before the run
     # absolute (a verifier's os.chdir cannot move them) and writable, or exit 4 before any simulation
     json_path, html_path, junit_path = _outputs(json_path, html_path, junit_path)
-    settings = _run_settings(**options)
-    _announce_fallback()
-
     done: list = []
+    settings = None
+    # from here a stop at any moment (the engine's imports, a child just forked, the verifier signalling its
+    # parent at its first call) is an interrupted run: exit 2, its JSON written (never an earlier run's left)
+    with stop_signals():
+        try:
+            from specaudit.engine.supervisor import execute_supervised
+            from specaudit.reports import json as json_report
+            from specaudit.reports.progress import ProgressReporter
+            from specaudit.results import RunResult
 
-    def save_partial(result: Any) -> None:
-        done.append(result)
-        if json_path:
-            partial = RunResult(target, settings.alpha, settings.seed, __version__, tuple(done), partial=True)
-            json_report.write(partial, json_path)
+            settings = _run_settings(**options)
+            _announce_fallback()
 
-    with ProgressReporter(_run_console, verbose - quiet) as progress:
-        result = execute_supervised(target, scenario_names or None, settings, progress=progress, on_scenario=save_partial)
-    if not result.scenarios and not result.interrupted:
-        asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"
-        click.echo(f"specaudit: nothing to run: no scenario matched {asked}; `specaudit list` shows names and tags", err=True)
-    code = _publish(result, json_path, html_path, junit_path, gate, verbose - quiet)
-    if settings.shard is not None:
+            def save_partial(result: Any) -> None:
+                done.append(result)
+                if json_path:
+                    partial = RunResult(target, settings.alpha, settings.seed, __version__, tuple(done), partial=True)
+                    json_report.write(partial, json_path)
+
+            with ProgressReporter(_run_console, verbose - quiet) as progress:
+                result = execute_supervised(target, scenario_names or None, settings, progress=progress,
+                                            on_scenario=save_partial)
+        except KeyboardInterrupt:  # outside the supervisor's measuring (which keeps what it finished itself)
+            from specaudit.results import RunResult
+
+            result = RunResult(target, options["alpha"], options["seed"], __version__, tuple(done), interrupted=True)
+        if not result.scenarios and not result.interrupted:
+            asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"
+            click.echo(f"specaudit: nothing to run: no scenario matched {asked}; `specaudit list` shows names and tags", err=True)
+        code = _publish(result, json_path, html_path, junit_path, gate, verbose - quiet)
+    if settings is not None and settings.shard is not None:
         code = _shard_code(result, code, settings.shard)
     sys.exit(int(code))
 
@@ -482,7 +502,7 @@ def _interruptible(publish: Callable[..., ExitCode]) -> Callable[..., ExitCode]:
 
     @functools.wraps(publish)
     def wrapper(result: Any, json_path: str | None, *rest: Any) -> ExitCode:
-        from specaudit.engine.supervisor import stop_signals
+        from specaudit.engine.stops import stop_signals
 
         try:
             with stop_signals():
