@@ -32,7 +32,8 @@ def _console(stderr: bool = False) -> Console:
     """
     stream = sys.stderr if stderr else sys.stdout
     # files and pipes: wide, plain, no escape codes; COLUMNS, when set, wins (rich reads it for width=None)
-    width = None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
+    tty = stream is not None and stream.isatty()  # None: the stream was closed when Python started (``2>&-``)
+    width = None if tty or os.environ.get("COLUMNS", "").isdigit() else 160
     from rich.console import Console  # ~50 ms: imported by what prints (a run: once its child is forked)
 
     return Console(stderr=stderr, no_color="NO_COLOR" in os.environ, highlight=False, markup=False, emoji=False, width=width)
@@ -78,17 +79,20 @@ def script() -> None:
     garbage (benchmarks/startup.py). Frozen (`gc.freeze`), those objects are simply dropped with the
     process, while atexit handlers, flushing and the exit code go as in any exit. Only the console
     script does this: `main` called in a process that goes on (tests, CliRunner) leaves its streams,
-    the collector and the signal handlers as they are. Here SIGTERM, like SIGINT, interrupts any
-    command (exit 2); once `main` has decided the exit code both are ignored.
+    the collector, the signal handlers and the streams as they are. Here SIGTERM, like SIGINT,
+    interrupts any command (exit 2); once `main` has decided the exit code both are ignored; a full,
+    closed or broken stdout or stderr loses its text only (`specaudit.reports.streams`).
     """
     import signal
 
     from specaudit.engine.stops import STOPS, stop
+    from specaudit.reports.streams import guard_streams
 
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # a TextIOWrapper's (None, or replaced, in embedders)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    out, err = guard_streams()  # a full, closed or broken stream loses its text, never the verdict or the exit code
     for signum in STOPS:  # SIGTERM too is an interrupt (exit 2), never a death by signal, in every command
         signal.signal(signum, stop)
     try:
@@ -96,6 +100,11 @@ def script() -> None:
     finally:
         for signum in STOPS:  # the exit code is decided: a stop now must not change it
             signal.signal(signum, signal.SIG_IGN)
+        out.flush()
+        if out.lost is not None:
+            err.write(f"specaudit: note: stdout could not be written ({out.lost}): the report printed there is lost "
+                      "(the exit code and the report files are not)\n")
+            err.flush()
         gc.freeze()
 
 
@@ -398,11 +407,17 @@ def _writable(path: str | None, option: str, folder_ok: bool = False) -> str | N
     """
     if path is None:
         return None
+    from specaudit.results.document import file_kind, is_devnull
+
     folder = folder_ok and (path.endswith(("/", os.sep)) or Path(path).is_dir())
     absolute = os.path.abspath(os.path.expanduser(path)) + (os.sep if folder else "")
     target = Path(absolute)
     if not folder and target.is_dir():
         raise UsageError(f"{option} {path}: is a folder; give a file name")
+    if not folder and target.exists() and not target.is_file() and not is_devnull(target):
+        # a FIFO blocked the write (deaf to SIGTERM), /dev/full failed it after the whole run
+        raise UsageError(f"{option} {path}: not a regular file ({file_kind(target.stat().st_mode)}); give a file "
+                         "path, or /dev/null to discard the report")
     where = target if folder else target.parent
     existing = where
     while not existing.exists() and existing != existing.parent:
@@ -492,7 +507,9 @@ def _baseline_gate(baseline_path: str | None, fail_on: tuple[str, ...]) -> tuple
     from specaudit.analysis import baseline
     from specaudit.results import document
 
-    return baseline_path, document.read(baseline_path), [baseline.parse_rule(r) for r in fail_on]
+    old, rules = document.read(baseline_path), [baseline.parse_rule(r) for r in fail_on]
+    baseline.check_gateable(old, rules, baseline_path)
+    return baseline_path, old, rules
 
 
 def _interruptible(publish: Callable[..., ExitCode]) -> Callable[..., ExitCode]:
