@@ -280,6 +280,10 @@ def run(
     gate = _baseline_gate(baseline_path, fail_on)  # bad rules or files fail before the run
     # absolute (a verifier's os.chdir cannot move them) and writable, or exit 4 before any simulation
     json_path, html_path, junit_path = _outputs(json_path, html_path, junit_path)
+    if html_path and html_path.endswith(os.sep):  # the file the folder will hold, named for TARGET
+        from specaudit.reports import html
+
+        _writable(str(html.output_path(html_path, target)), "--html")
     done: list = []
     settings = None
     # from here a stop at any moment (the engine's imports, a child just forked, the verifier signalling its

@@ -170,7 +170,7 @@ def test_a_full_closed_or_broken_stream_never_changes_the_verdict_or_the_exit_co
             os.close(read)  # the reader is gone before anything is written (`specaudit run ... | true`)
             opened.append(write)
             return write
-        opened.append(fh := open(how, "w"))  # noqa: SIM115 - closed below
+        opened.append(fh := open(how, "w"))
         return fh
 
     out = tmp_path / "r.json"
@@ -187,8 +187,9 @@ def test_a_full_closed_or_broken_stream_never_changes_the_verdict_or_the_exit_co
     assert proc.returncode == code, text  # 2>/dev/full: exit 1 for a correct verifier; >/dev/full, 2>&-: exit 3
     doc = _json(out)
     assert doc["status"] == status and doc["exit_code"] == code  # was left "running" / null with 2>/dev/full
-    if spoiled in ("stdout-full", "stdout-broken-pipe"):
-        why = "No space left on device" if spoiled == "stdout-full" else "Broken pipe"
+    if spoiled.startswith("stdout-"):
+        why = {"stdout-full": "No space left on device", "stdout-broken-pipe": "Broken pipe",
+               "stdout-closed": "it was closed"}[spoiled]
         assert f"specaudit: note: stdout could not be written ({why}): the report printed there is lost" in text
     if spoiled in ("stderr-full", "stderr-closed"):
         assert f"specaudit: {status.upper()}" in text  # the report on stdout is whole
@@ -226,6 +227,14 @@ def test_a_report_path_that_is_a_fifo_or_a_device_is_refused_before_anything_is_
     assert f"specaudit: error: {option} {path}: not a regular file ({what}); give a file path, or /dev/null" in output
     assert not calls.exists()  # refused before the verifier's first call (--html /dev/full: after the whole run)
     assert not path.is_file()  # the FIFO, the device: left as they were
+
+
+def test_a_fifo_in_the_place_of_the_html_file_of_a_folder_is_refused_before_anything_is_simulated(tmp_path):
+    fifo = tmp_path / "specaudit-reference.html"  # the file --html FOLDER/ picks for TARGET "reference"
+    os.mkfifo(fifo)
+    output = _run_refused(["run", "reference", *QUICK, "--html", f"{tmp_path}/"])
+    assert f"specaudit: error: --html {fifo}: not a regular file (a FIFO)" in output
+    assert "PASSED" not in output  # refused before the run, not after it (exit 1 became 4)
 
 
 def _fifo(tmp_path: Path) -> Path:

@@ -76,20 +76,23 @@ class Degrading(io.TextIOBase):
         return getattr(self._stream, "errors", None)
 
 
-def _open_standard_descriptors() -> None:
-    """Open /dev/null on each of descriptors 0, 1 and 2 that is closed (``2>&-``).
+def _open_standard_descriptors() -> set[int]:
+    """Open /dev/null on each of descriptors 0, 1 and 2 that is closed (``2>&-``); return those.
 
     Otherwise the next file opened takes that number: the child that runs the verifier writes its
     stdout to descriptor 2, which would be the pipe of its messages or a report being written.
     """
+    reopened = set()
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
+            reopened.add(fd)
             null = os.open(os.devnull, os.O_RDWR)
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
+    return reopened
 
 
 def guard_streams() -> tuple[Degrading, Degrading]:
@@ -97,7 +100,7 @@ def guard_streams() -> tuple[Degrading, Degrading]:
 
     For a process that is the CLI (the console script): the streams stay replaced.
     """
-    _open_standard_descriptors()
+    closed = _open_standard_descriptors()
     guarded = []
     for name, fd in (("stdout", 1), ("stderr", 2)):
         stream = getattr(sys, name)
@@ -105,6 +108,8 @@ def guard_streams() -> tuple[Degrading, Degrading]:
             stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
                                       line_buffering=True)
         wrapper = stream if isinstance(stream, Degrading) else Degrading(stream, fd, f"<{name}>")
+        if fd in closed:
+            wrapper.lost = "it was closed"
         setattr(sys, name, wrapper)
         guarded.append(wrapper)
     return guarded[0], guarded[1]
