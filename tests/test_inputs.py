@@ -314,7 +314,7 @@ def test_an_html_folder_holding_a_folder_of_the_reports_name_is_a_usage_error(tm
     (tmp_path / "specaudit-reference.html").mkdir()  # the file --html FOLDER/ picks for target "reference"
     res = cli("run", "reference", *QUICK, "--html", f"{tmp_path}/")
     assert res.exit_code == ExitCode.USAGE_ERROR, res.output  # exit 3 (IsADirectoryError) before
-    assert "specaudit-reference.html: Is a directory" in res.output
+    assert "specaudit-reference.html: is a folder; give a file name" in res.output  # before the run, as any report path
 
 
 def test_a_baseline_path_with_an_escape_sequence_is_shown_escaped(tmp_path, cli):
