@@ -32,7 +32,8 @@ def _console(stderr: bool = False) -> Console:
     """
     stream = sys.stderr if stderr else sys.stdout
     # files and pipes: wide, plain, no escape codes; COLUMNS, when set, wins (rich reads it for width=None)
-    width = None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
+    tty = stream is not None and stream.isatty()  # None: the stream was closed when Python started (``2>&-``)
+    width = None if tty or os.environ.get("COLUMNS", "").isdigit() else 160
     from rich.console import Console  # ~50 ms: imported by what prints (a run: once its child is forked)
 
     return Console(stderr=stderr, no_color="NO_COLOR" in os.environ, highlight=False, markup=False, emoji=False, width=width)
@@ -77,16 +78,33 @@ def script() -> None:
     At exit CPython collects every object still alive; after a run that took some 0.25 s, finding no
     garbage (benchmarks/startup.py). Frozen (`gc.freeze`), those objects are simply dropped with the
     process, while atexit handlers, flushing and the exit code go as in any exit. Only the console
-    script does this: `main` called in a process that goes on (tests, CliRunner) leaves its streams
-    and the collector as they are.
+    script does this: `main` called in a process that goes on (tests, CliRunner) leaves its streams,
+    the collector, the signal handlers and the streams as they are. Here SIGTERM, like SIGINT,
+    interrupts any command (exit 2); once `main` has decided the exit code both are ignored; a full,
+    closed or broken stdout or stderr loses its text only (`specaudit.reports.streams`).
     """
+    import signal
+
+    from specaudit.engine.stops import STOPS, stop
+    from specaudit.reports.streams import guard_streams
+
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # a TextIOWrapper's (None, or replaced, in embedders)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    out, err = guard_streams()  # a full, closed or broken stream loses its text, never the verdict or the exit code
+    for signum in STOPS:  # SIGTERM too is an interrupt (exit 2), never a death by signal, in every command
+        signal.signal(signum, stop)
     try:
         main()
     finally:
+        for signum in STOPS:  # the exit code is decided: a stop now must not change it
+            signal.signal(signum, signal.SIG_IGN)
+        out.flush()
+        if out.lost is not None:
+            err.write(f"specaudit: note: stdout could not be written ({out.lost}): the report printed there is lost "
+                      "(the exit code and the report files are not)\n")
+            err.flush()
         gc.freeze()
 
 
@@ -257,32 +275,47 @@ def run(
     **options: Any,
 ) -> None:
     """Audit the verifier TARGET (pkg.mod:attr, path/file.py:attr, or an alias)."""
-    from specaudit.engine.supervisor import execute_supervised
-    from specaudit.reports import json as json_report
-    from specaudit.reports.progress import ProgressReporter
-    from specaudit.results import RunResult
+    from specaudit.engine.stops import stop_signals
 
     gate = _baseline_gate(baseline_path, fail_on)  # bad rules or files fail before the run
     # absolute (a verifier's os.chdir cannot move them) and writable, or exit 4 before any simulation
     json_path, html_path, junit_path = _outputs(json_path, html_path, junit_path)
-    settings = _run_settings(**options)
-    _announce_fallback()
+    if html_path and html_path.endswith(os.sep):  # the file the folder will hold, named for TARGET
+        from specaudit.reports import html
 
+        _writable(str(html.output_path(html_path, target)), "--html")
     done: list = []
+    settings = None
+    # from here a stop at any moment (the engine's imports, a child just forked, the verifier signalling its
+    # parent at its first call) is an interrupted run: exit 2, its JSON written (never an earlier run's left)
+    with stop_signals():
+        try:
+            from specaudit.engine.supervisor import execute_supervised
+            from specaudit.reports import json as json_report
+            from specaudit.reports.progress import ProgressReporter
+            from specaudit.results import RunResult
 
-    def save_partial(result: Any) -> None:
-        done.append(result)
-        if json_path:
-            partial = RunResult(target, settings.alpha, settings.seed, __version__, tuple(done), partial=True)
-            json_report.write(partial, json_path)
+            settings = _run_settings(**options)
+            _announce_fallback()
 
-    with ProgressReporter(_run_console, verbose - quiet) as progress:
-        result = execute_supervised(target, scenario_names or None, settings, progress=progress, on_scenario=save_partial)
-    if not result.scenarios and not result.interrupted:
-        asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"
-        click.echo(f"specaudit: nothing to run: no scenario matched {asked}; `specaudit list` shows names and tags", err=True)
-    code = _publish(result, json_path, html_path, junit_path, gate, verbose - quiet)
-    if settings.shard is not None:
+            def save_partial(result: Any) -> None:
+                done.append(result)
+                if json_path:
+                    partial = RunResult(target, settings.alpha, settings.seed, __version__, tuple(done), partial=True)
+                    json_report.write(partial, json_path)
+
+            with ProgressReporter(_run_console, verbose - quiet) as progress:
+                result = execute_supervised(target, scenario_names or None, settings, progress=progress,
+                                            on_scenario=save_partial)
+        except KeyboardInterrupt:  # outside the supervisor's measuring (which keeps what it finished itself)
+            from specaudit.results import RunResult
+
+            result = RunResult(target, options["alpha"], options["seed"], __version__, tuple(done), interrupted=True)
+        if not result.scenarios and not result.interrupted:
+            asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"
+            click.echo(f"specaudit: nothing to run: no scenario matched {asked}; `specaudit list` shows names and tags", err=True)
+        code = _publish(result, json_path, html_path, junit_path, gate, verbose - quiet)
+    if settings is not None and settings.shard is not None:
         code = _shard_code(result, code, settings.shard)
     sys.exit(int(code))
 
@@ -378,11 +411,17 @@ def _writable(path: str | None, option: str, folder_ok: bool = False) -> str | N
     """
     if path is None:
         return None
+    from specaudit.results.document import file_kind, is_devnull
+
     folder = folder_ok and (path.endswith(("/", os.sep)) or Path(path).is_dir())
     absolute = os.path.abspath(os.path.expanduser(path)) + (os.sep if folder else "")
     target = Path(absolute)
     if not folder and target.is_dir():
         raise UsageError(f"{option} {path}: is a folder; give a file name")
+    if not folder and target.exists() and not target.is_file() and not is_devnull(target):
+        # a FIFO blocked the write (deaf to SIGTERM), /dev/full failed it after the whole run
+        raise UsageError(f"{option} {path}: not a regular file ({file_kind(target.stat().st_mode)}); give a file "
+                         "path, or /dev/null to discard the report")
     where = target if folder else target.parent
     existing = where
     while not existing.exists() and existing != existing.parent:
@@ -472,7 +511,9 @@ def _baseline_gate(baseline_path: str | None, fail_on: tuple[str, ...]) -> tuple
     from specaudit.analysis import baseline
     from specaudit.results import document
 
-    return baseline_path, document.read(baseline_path), [baseline.parse_rule(r) for r in fail_on]
+    old, rules = document.read(baseline_path), [baseline.parse_rule(r) for r in fail_on]
+    baseline.check_gateable(old, rules, baseline_path)
+    return baseline_path, old, rules
 
 
 def _interruptible(publish: Callable[..., ExitCode]) -> Callable[..., ExitCode]:
@@ -482,7 +523,7 @@ def _interruptible(publish: Callable[..., ExitCode]) -> Callable[..., ExitCode]:
 
     @functools.wraps(publish)
     def wrapper(result: Any, json_path: str | None, *rest: Any) -> ExitCode:
-        from specaudit.engine.supervisor import stop_signals
+        from specaudit.engine.stops import stop_signals
 
         try:
             with stop_signals():

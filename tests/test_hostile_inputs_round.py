@@ -268,7 +268,8 @@ def _with(text: str, change: object) -> str:
     bound = doc["scenarios"][0]["tv_bound"]
     assert isinstance(bound, dict) and 0 < bound["bound"] <= 1  # the writer's certificate, before the change
     doc["scenarios"][0]["tv_bound"] = {**bound, **change} if isinstance(change, dict) and change else change
-    return json.dumps(doc)  # NaN as the literal NaN, as a hand-edited file may hold it
+    # NaN as the string "nan", as the writer puts it (the literal NaN is refused as it is read: tests/test_hostile_streams.py)
+    return json.dumps(doc).replace("NaN", '"nan"')
 
 
 @pytest.mark.parametrize("change, message", BAD_BOUNDS + NOT_OBJECTS)
@@ -311,7 +312,7 @@ def test_a_family_wise_alpha_outside_0_1_is_refused_by_report_and_merge(cli, tmp
     whole, s0, s1 = _documents()
     doc = json.loads(whole if command == "report" else s0)
     doc["alpha"] = alpha
-    path = _write(tmp_path, json.dumps(doc), "a.json")
+    path = _write(tmp_path, json.dumps(doc).replace("NaN", '"nan"'), "a.json")  # as the writer puts it
     result = cli("report", path, "-q") if command == "report" else cli("merge", path, _write(tmp_path, s1, "s1.json"), "-q")
     assert result.exit_code == ExitCode.USAGE_ERROR, result.output
     assert re.search(rf"a\.json: not a specaudit results file: alpha: {shown} is out of range; allowed: a family-wise "

@@ -20,7 +20,7 @@ from specaudit.errors import UsageError, closest
 from specaudit.results import Comparison, RunResult, ScenarioResult
 from specaudit.results import ComparisonRow as Row
 
-__all__ = ["METRICS", "Comparison", "Metric", "Row", "Rule", "compare", "parse_rule"]
+__all__ = ["METRICS", "Comparison", "Metric", "Row", "Rule", "check_gateable", "compare", "parse_rule"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,21 @@ def parse_rule(text: str) -> Rule:
     return Rule(metric, value / 100 if relative else value, relative, text.strip())
 
 
+def check_gateable(old: RunResult, rules: Sequence[Rule], path: str) -> None:
+    """Raise UsageError when a metric of the baseline run ``old`` that a rule gates is not a finite number.
+
+    A baseline whose tokens/step was ``inf`` (written ``"inf"``, or hand-edited) made every
+    comparison ``+nan%`` and the rule was skipped: ``--fail-on`` silently off, exit 0.
+    """
+    for rule in rules:
+        metric = METRICS[rule.metric]
+        for s in old.scenarios:
+            value = metric.read(s)
+            if value is not None and not math.isfinite(value):
+                raise UsageError(f"--baseline {path}: scenario {s.name}: {metric.description} is {value}, not a finite "
+                                 f"number; --fail-on {rule.text} cannot compare with it (re-run the baseline)")
+
+
 def _worse_by(metric: Metric, old: float, new: float, rule: Rule) -> float:
     """Return how much worse ``new`` is than ``old`` in the rule's unit (negative: better)."""
     delta = (old - new) if metric.higher_is_better else (new - old)
@@ -137,9 +152,10 @@ def compare(old: RunResult, new: RunResult, rules: Sequence[Rule] = (), path: st
         for rule in rules:
             metric = METRICS[rule.metric]
             a, b = metric.read(o), metric.read(s)
-            if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or (rule.relative and a == 0):
+            if a is None or b is None or not math.isfinite(a) or (rule.relative and a == 0):  # a: `check_gateable`
                 continue
-            worse = _worse_by(metric, a, b, rule)
+            # a metric this run could not measure as a number is no improvement: it breaks the rule
+            worse = _worse_by(metric, a, b, rule) if math.isfinite(b) else math.inf
             if worse > rule.threshold:
                 se_a, se_b = metric.stderr(o), metric.stderr(s)
                 noise = ""

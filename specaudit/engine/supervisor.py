@@ -46,14 +46,14 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from specaudit import adapters
 from specaudit.checks.statistical import Measured
 from specaudit.contract import guard
-from specaudit.engine import frames
+from specaudit.engine import frames, stops
 from specaudit.engine.executors import DIED, Progress
 from specaudit.engine.run import (
     ScenarioLike,
@@ -68,7 +68,7 @@ from specaudit.engine.settings import RunSettings
 from specaudit.errors import ExitCode, SpecauditError, TargetLoadError, UsageError
 from specaudit.results import ErrorInfo, RunResult, ScenarioResult
 
-__all__ = ["execute_supervised", "stop_signals", "supported"]
+__all__ = ["execute_supervised", "supported"]
 #: How often the supervisor looks at the child and the call clock, seconds.
 _POLL = 0.05
 #: The most of a faulthandler dump kept in an error's traceback, characters.
@@ -378,6 +378,7 @@ class _Supervisor:
             os.setpgid(0, 0)  # its own group: a terminal Ctrl-C reaches only the supervisor; killpg gets every worker
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops.STOPS)  # forked with them held (`stops.held`)
             os.dup2(2, 1)  # the verifier's prints go to stderr, never into the report on stdout
             # An enable inherited from the parent (pytest's, say) would keep whatever crash handlers were
             # installed over it since (Ray's driver installs its own): start from the default handlers.
@@ -572,14 +573,6 @@ class _Supervisor:
             self.board.stamps[slot] = 0.0
         self.settle()
         self._born = time.monotonic()  # every call start on the board is later (the stamps were just cleared)
-        child.start()
-        self._loading_since = self._heard = time.monotonic()
-        opening = getattr(self.progress, "open", None)  # optional: a reporter's imports, beside the child's (issue 20)
-        if opening is not None:
-            opening()
-        self._warm()
-        os.close(out)
-        os.close(hear)
         recv = frames.Reader(mine, key, _MAX_MESSAGE)
         self._sent = sent
         judge = Judge(self.settings, self.stop_level)  # decides the child's looks, keyed (run_scenarios call, unit)
@@ -590,7 +583,17 @@ class _Supervisor:
         again = self.label is not None  # an earlier child bound it: a load error now is this run's, not the user's input
         killed: tuple[str, str] | None = None
         finished = False
+        with stops.held():  # a stop (the verifier's first call may send it) waits until the child can be ended
+            child.start()
         try:
+            self._loading_since = self._heard = time.monotonic()
+            os.close(out)
+            os.close(hear)
+            out = hear = -1
+            opening = getattr(self.progress, "open", None)  # optional: a reporter's imports, beside the child's (issue 20)
+            if opening is not None:
+                opening()
+            self._warm()
             while not finished:
                 message = self._next(recv, child)
                 if message is None:  # the child is gone, or was killed for a call past the timeout
@@ -645,10 +648,11 @@ class _Supervisor:
                     raise _loading_error(message[1], message[2], message[3])
                 elif kind == "internal":
                     raise _Internal(f"{message[1]} in the engine process:\n{message[2]}")
-        finally:
+        finally:  # a stop anywhere above (SIGINT, SIGTERM: KeyboardInterrupt) ends the child here too
             self._end(child)
-            os.close(mine)
-            os.close(answer)
+            for fd in (mine, answer, out, hear):
+                if fd >= 0:
+                    os.close(fd)
         if finished:
             return None
         dump = _dump(self.errfile)
@@ -799,8 +803,9 @@ class _Supervisor:
         workers and whatever the verifier forked hold the child's sentinel open, so a join that
         waits for the child to end on its own waited for them (5 s after every --jobs 2 run).
         """
-        self._kill_group(child)  # the child, and stragglers: workers of a pool, copies the verifier forked
-        child.join()
+        with stops.held():  # a second stop (the verifier signals again) must not leave the group alive
+            self._kill_group(child)  # the child, and stragglers: workers of a pool, copies the verifier forked
+            child.join()
         self._exitcode = child.exitcode
         with contextlib.suppress(Exception):
             child.close()
@@ -951,27 +956,6 @@ def supervised_remeasure(target: str | Callable[..., Any], loaded: list[Any],
     return remeasure
 
 
-@contextlib.contextmanager
-def stop_signals() -> Iterator[None]:
-    """Make SIGINT and SIGTERM raise KeyboardInterrupt here (the run stops, keeping what is finished).
-
-    Main thread only (elsewhere the signals keep their handlers).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def execute_supervised(
     target: str | Callable[..., Any],
     scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
@@ -1010,7 +994,7 @@ def execute_supervised(
 
     interrupted = False
     try:
-        with stop_signals():
+        with stops.stop_signals():
             try:
                 sup.measure([_Job(i) for i in range(len(loaded))], record)
             except KeyboardInterrupt:

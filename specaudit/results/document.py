@@ -13,11 +13,14 @@ never leaves a truncated file behind.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import re
 import secrets
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +41,9 @@ from specaudit.results import (
 __all__ = [
     "SCHEMA_VERSION",
     "atomic_write",
+    "file_kind",
+    "is_devnull",
+    "read_regular",
     "replace_file",
     "dumps",
     "from_document",
@@ -374,10 +380,27 @@ def from_document(doc: Any, source: str = "results document") -> RunResult:
         raise ResultsFileError(f"{source}: not a specaudit results file: {exc}") from None
 
 
+#: The JSON literals Python's json module reads as non-finite floats; specaudit writes none (``allow_nan=False``).
+_NON_FINITE = re.compile(r"(?<![\w\"])(-?Infinity|NaN)(?![\w\"])")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+class _NonFinite(ValueError):
+    """A JSON literal ``NaN``, ``Infinity`` or ``-Infinity`` in a results file."""
+
+
 def read_document(path: str | Path) -> dict[str, Any]:
-    """Read a results file as its JSON document, checked field by field (ResultsFileError otherwise)."""
+    """Read a results file as its JSON document, checked field by field (ResultsFileError otherwise).
+
+    Only a regular file is read (a FIFO would block the read, a device never end), and the JSON
+    literals ``NaN`` and ``Infinity`` are refused: specaudit writes a number that is not finite
+    as a string, and an ``Infinity`` in a baseline's tokens/step turned ``--fail-on`` off.
+    """
     try:
-        raw = Path(path).read_bytes()
+        raw = read_regular(path)
     except OSError as exc:
         raise ResultsFileError(f"cannot read results file {path}: {exc.strerror or exc}") from None
     try:
@@ -387,7 +410,14 @@ def read_document(path: str | Path) -> dict[str, Any]:
             f"cannot read results file {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_refuse_constant)
+    except _NonFinite as exc:
+        found = _NON_FINITE.search(text)
+        line = text.count("\n", 0, found.start()) + 1 if found else 0
+        raise ResultsFileError(
+            f"cannot read results file {path}: {exc} at line {line} is not a number JSON allows; specaudit writes a "
+            "number that is not finite as the string \"inf\", \"-inf\" or \"nan\" (the file was edited or made elsewhere)"
+        ) from None
     except json.JSONDecodeError as exc:
         # an error at the very end of the text: the file was cut short (a copy or a write that did not finish)
         ended = exc.pos >= len(text.rstrip())
@@ -408,7 +438,42 @@ def read(path: str | Path) -> RunResult:
     return from_document(read_document(path), str(path))
 
 
-# --- writing ------------------------------------------------------------------------------------
+# --- reading and writing files --------------------------------------------------------------------
+
+
+def file_kind(mode: int) -> str:
+    """Return what a file of ``mode`` (``os.stat``'s ``st_mode``) is, for messages: "a FIFO", "a character device"."""
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_regular(path: str | Path, limit: int | None = None) -> bytes:
+    """Return the bytes of the regular file ``path`` (at most ``limit`` of them); raise OSError otherwise.
+
+    A FIFO, a device or a socket is refused with an OSError whose ``strerror`` says what it is
+    ("not a regular file (a FIFO)"): a FIFO would block the read until a writer came, and
+    ``/dev/zero`` would never end. The open does not block (``O_NONBLOCK``), so a FIFO is refused at once.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(0, f"not a regular file ({file_kind(mode)})", str(path))
+        os.set_blocking(fd, True)
+        return fh.read() if limit is None else fh.read(limit)
+
+
+def is_devnull(path: str | Path) -> bool:
+    """Return True when ``path`` is the null device (``/dev/null``, or a link to it)."""
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
+
+
 
 
 def atomic_write(path: str | Path, data: bytes | str) -> Path:
@@ -429,15 +494,21 @@ def atomic_write(path: str | Path, data: bytes | str) -> Path:
 
 
 def _replace(path: Path, raw: bytes) -> Path:
-    """Write ``raw`` as :func:`atomic_write` says; a device or a pipe (``/dev/null``, ``/dev/stdout``) is written through.
+    """Write ``raw`` as :func:`atomic_write` says; ``/dev/null`` is written through, any other file that is not a
+    regular file (a FIFO, a device, a socket) is refused with an OSError saying what it is.
 
     ``os.replace`` onto a character device would put a regular file in its place: run as root,
-    ``--html /dev/null`` replaced the system's /dev/null.
+    ``--html /dev/null`` replaced the system's /dev/null. A FIFO written through blocked until a
+    reader came (``--json FIFO`` hung, deaf to SIGTERM), and ``/dev/full`` failed only after the run.
     """
-    if path.exists() and not path.is_file() and not path.is_dir():
+    if is_devnull(path):
         with open(path, "wb") as fh:  # no temporary file can stand in for a device: written as it is
             fh.write(raw)
         return path
+    with contextlib.suppress(FileNotFoundError):
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a folder: the OS's own "Is a directory"
+            raise OSError(0, f"not a regular file ({file_kind(mode)})", str(path))
     return replace_file(path, raw)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specaudit.errors import ScenarioError
+from specaudit.results.document import read_regular
 from specaudit.scenarios import cache
 from specaudit.scenarios.schema import MAX_SCENARIO_BYTES, Scenario
 
@@ -59,8 +60,7 @@ def load_scenario(path: str | Path) -> LoadedScenario:
     """Load one scenario file."""
     path = Path(path)
     try:
-        with path.open("rb") as fh:  # the size guard reads at most one byte past the limit
-            raw = fh.read(MAX_SCENARIO_BYTES + 1)
+        raw = read_regular(path, MAX_SCENARIO_BYTES + 1)  # the size guard reads at most one byte past the limit
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
     if len(raw) > MAX_SCENARIO_BYTES:
