@@ -62,11 +62,11 @@ SMALLER: dict[str, dict[str, str]] = {
     "specaudit run mypkg.spec:verify --seed 1 --shard 1/2 --json s1.json": {"--samples": "30000"},
     # --samples is the cap of --certify-tv: this is the cap the README line gets on its own (4x the plan for
     # markov-v4 at 0.005); it certifies at 960,000 sequences (about 3 s of CPU on the 2-core machine, 2026-12-01)
-    "specaudit run specaudit.reference:verify -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
+    "specaudit run specaudit.verifiers.reference:verify -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
     # the same cap: a smaller one is refused when 0.005 is below its least bound; the mutant fails at its first look
-    "specaudit run specaudit.mutants:resample_from_p -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
+    "specaudit run specaudit.verifiers.zoo.chain:resample_from_p -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
     # its own cap: 0.012 is above the least bound at 30,000 (0.011) and below what the plug-in TV reaches there
-    "specaudit run specaudit.reference:verify -s markov-v4 --certify-tv 0.012 --samples 30000": {"--samples": "30000"},
+    "specaudit run specaudit.verifiers.reference:verify -s markov-v4 --certify-tv 0.012 --samples 30000": {"--samples": "30000"},
     # V = 32,768 at 20,000 sequences: minutes (83 s of CPU at 15,000 on the 2-core machine, 2026-12-01)
     "specaudit run mypkg.spec:verify -s zipf-v32k --max-memory 2": {"--samples": "1000"},
     # V = 128,256 at 20,000 sequences: minutes (benchmarks/scale.py's gate); 200 runs the same code
