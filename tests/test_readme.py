@@ -189,7 +189,7 @@ def argv(line: Line) -> list[list[str]]:
             segments[-1].append(w)
     last = segments[-1]
     flags = dict(SMALLER.get(line.text, {}))
-    if last[:2] == ["specaudit", "run"]:
+    if last[:2] == ["specaudit", "run"] or last[:4] == ["python", "-m", "specaudit", "run"]:
         flags.setdefault("--samples", RUN_SAMPLES)
     for flag, value in flags.items():
         if flag in last:
@@ -200,7 +200,18 @@ def argv(line: Line) -> list[list[str]]:
 
 
 def run_specaudit(words: list[str], line: Line) -> int:
-    """Run one ``specaudit ...`` segment through the console script's entry point; return its exit code."""
+    """Run one ``specaudit ...`` segment through the console script's entry point; return its exit code.
+
+    A ``python -m specaudit ...`` segment runs as written, in a subprocess (the user's folder and
+    this checkout importable).
+    """
+    if words[:3] == ["python", "-m", "specaudit"]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), str(ROOT)])}
+        proc = subprocess.run([sys.executable, *words[1:]], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == line.exit_code, (
+            f"README line {line.number}: `{line.text}` exited {proc.returncode}, the README says {line.exit_code}\n"
+            f"{(proc.stdout + proc.stderr)[-3000:]}")
+        return proc.returncode
     assert words[0] == "specaudit", f"README line {line.number}: {words[0]!r} is not a specaudit command"
     out_file = None
     if ">" in words:
