@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -207,3 +208,33 @@ def test_other_schema_versions_exit_4_naming_the_versions_read(version, says, co
     res = cli(*args)
     assert res.exit_code == ExitCode.USAGE_ERROR, res.output
     assert f"old.json: not a specaudit results file ({says}" in res.output and "internal error" not in res.output
+
+
+PROBE = '''
+import dataclasses
+from report_runs import passing
+from specaudit.results import document
+
+def test_writes_a_document(tmp_path):
+    result = passing()
+    document.write(dataclasses.replace(result, alpha=ALPHA) if ALPHA else result, tmp_path / "r.json")
+'''
+
+
+@pytest.mark.parametrize(("alpha", "fails"), [(0, False), (1.5, True)])
+def test_the_hook_fails_a_test_that_writes_a_misfit(alpha, fails, tmp_path):
+    # the autouse fixture of tests/conftest.py, loaded as a plugin into a pytest run of a probe test: a document
+    # with alpha = 1.5 (no run makes one) fails the test that wrote it; the same test writing a real one passes
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parents[1]
+    (tmp_path / "test_probe.py").write_text(PROBE.replace("ALPHA", repr(alpha)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests), str(tests / "helpers")])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q",
+                           "-p", "no:xdist", str(tmp_path / "test_probe.py"), "--rootdir", str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == (1 if fails else 0), proc.stdout[-3000:]
+    assert "results documents validated against the results schema: 1" in proc.stdout
+    assert ("do not fit specaudit.results.schema" in proc.stdout) == fails
+    assert ("$.alpha: 1.5 is greater than or equal to the maximum of 1" in proc.stdout) == fails
