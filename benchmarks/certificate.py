@@ -9,7 +9,7 @@
 2. Coverage of the bound used, from direct draws of laws with known TV (the laws of
    tests/stats/test_certificate.py): the fraction of draws whose bound is below the true TV, with
    its one-sided 99% upper confidence limit (Clopper-Pearson), against delta.
-3. `specaudit run specaudit.reference:verify -s markov-v4 --certify-tv 0.005` through the engine
+3. `specaudit run specaudit.verifiers.reference:verify -s markov-v4 --certify-tv 0.005` through the engine
    (in-process, no power or diagnosis) on several seeds: sequences at which it certified, the bound,
    and the wall time; and `resample_from_p` (a zoo mutant, exact TV 0.21) under the same command.
 """
@@ -83,18 +83,18 @@ def coverage(q: np.ndarray, reps: int, rng: np.random.Generator) -> None:
 
 def certify_runs(seeds: int) -> None:
     """Run --certify-tv 0.005 on markov-v4 through the engine for a few seeds; print what each took."""
-    print("\n3. specaudit run specaudit.reference:verify -s markov-v4 --certify-tv 0.005 (in-process, no power/diagnosis)")
+    print("\n3. specaudit run specaudit.verifiers.reference:verify -s markov-v4 --certify-tv 0.005 (in-process, no power/diagnosis)")
     print(f"{'seed':>4} {'exit':>4} {'sequences':>10} {'bound':>7} {'plug-in':>8} {'seconds':>8}")
     for seed in range(seeds):
         t0 = time.perf_counter()
-        result = specaudit.run("specaudit.reference:verify", ["markov-v4"], seed=seed, certify_tv=0.005,
+        result = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], seed=seed, certify_tv=0.005,
                                power=False, diagnose=False, supervised=False)
         wall = time.perf_counter() - t0
         b = result.scenarios[0].tv_bound
         assert b is not None
         print(f"{seed:>4} {int(result.exit_code()):>4} {b.sequences:>10,} {b.bound:>7.4f} {b.tv:>8.4f} {wall:>8.2f}")
     t0 = time.perf_counter()
-    bad = specaudit.run("specaudit.mutants:resample_from_p", ["markov-v4"], seed=0, certify_tv=0.005,
+    bad = specaudit.run("specaudit.verifiers.zoo.chain:resample_from_p", ["markov-v4"], seed=0, certify_tv=0.005,
                         power=False, diagnose=False, supervised=False)
     b = bad.scenarios[0].tv_bound
     assert b is not None

@@ -790,15 +790,18 @@ def _drivable(engine: object) -> str:
 
 
 @main.command()
+@click.option("--results", is_flag=True,
+              help="The schema of results files (`run --json`; draft 2020-12, with their schema_version) instead.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
-def schema(output: str | None) -> None:
-    """Print the JSON Schema of scenario files (for editors)."""
+def schema(results: bool, output: str | None) -> None:
+    """Print the JSON Schema of scenario files (for editors), or with --results of results files."""
+    from specaudit.results import schema as results_schema
+    from specaudit.results.document import atomic_write
     from specaudit.scenarios.catalogue import json_schema
 
-    text = json.dumps(json_schema(), indent=2)
+    text = json.dumps(results_schema.json_schema() if results else json_schema(), indent=2)
     if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(text + "\n")
+        atomic_write(output, text + "\n")  # an unwritable path is a usage error (exit 4)
     else:
         click.echo(text)
 

@@ -4,15 +4,28 @@ Every test runs with ``SPECAUDIT_CACHE`` pointing at one directory of this pytes
 mutant-law cache of `specaudit.analysis` and the cache of validated scenarios of
 `specaudit.scenarios.cache` would otherwise write to ``~/.cache/specaudit``); tests that need a
 private or disabled cache still set the variable themselves, after this fixture.
+
+Every results document a test writes in this process (``document.dumps``, ``document.write``,
+``document.roundtrip``: the CLI's ``--json`` and partial files, ``specaudit.run`` results read back)
+is validated against the shipped JSON Schema (``specaudit.results.schema``); a document that does
+not fit fails the test that wrote it, and the session's count is printed at the end
+(``results documents validated against the results schema: N``, summed over xdist workers).
 """
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 from click.testing import CliRunner, Result
 
 from specaudit.cli import main
+from specaudit.results import RunResult, document, schema
+
+#: Where the session's count of validated results documents is kept (``config.stash``).
+VALIDATED = pytest.StashKey[list[int]]()
 
 HERE = Path(__file__).parent
 
@@ -34,6 +47,56 @@ def _isolated_law_cache(law_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _results_documents_fit_the_schema(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Validate every results document written during the test against the results schema (fail the test otherwise)."""
+    to_document = document.to_document
+    misfits: list[str] = []
+    count = request.config.stash.setdefault(VALIDATED, [0])
+
+    def checked(result: RunResult) -> dict[str, Any]:
+        doc = to_document(result)
+        try:
+            schema.validate(json.loads(json.dumps(doc, allow_nan=False)))
+        except ValueError as exc:  # a document the writer cannot write (NaN, a lone surrogate) is not the schema's
+            misfits.append(f"not JSON: {exc}")
+        except jsonschema.ValidationError as exc:
+            misfits.append(f"{exc.json_path}: {exc.message}")
+        count[0] += 1
+        return doc
+
+    monkeypatch.setattr(document, "to_document", checked)
+    yield
+    if misfits:
+        pytest.fail("results document(s) that do not fit specaudit.results.schema:\n" + "\n".join(misfits[:5]))
+
+
+@pytest.fixture
+def results_documents_validated(request: pytest.FixtureRequest) -> list[int]:
+    """Return the session's running count of validated results documents (a one-item list), for tests of the hook."""
+    return request.config.stash.setdefault(VALIDATED, [0])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Hand a worker's count of validated documents to the xdist controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["results_documents_validated"] = session.config.stash.get(VALIDATED, [0])[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist nobody calls it
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """Add an xdist worker's count of validated documents to the controller's."""
+    node.config.stash.setdefault(VALIDATED, [0])[0] += node.workeroutput.get("results_documents_validated", 0)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Print how many results documents the session validated against the results schema."""
+    if not hasattr(config, "workeroutput"):
+        terminalreporter.write_line(f"results documents validated against the results schema: "
+                                    f"{config.stash.get(VALIDATED, [0])[0]}")
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ def test_run_reference_exits_0_and_writes_json(tmp_path, cli):
     assert res.exit_code == ExitCode.OK, res.output
     assert "seed-context-free" in res.output and "2.533" in res.output
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == 1 and doc["partial"] is False and doc["exit_code"] == 0
+    assert doc["schema_version"] == 2 and doc["partial"] is False and doc["exit_code"] == 0
+    assert [s["status"] for s in doc["scenarios"]] == ["passed"] and doc["status"] == "passed"
     assert doc["scenarios"][0]["checks"][0]["name"] == "joint-law"
 
 

@@ -14,7 +14,8 @@ import pytest
 
 import specaudit
 from specaudit.errors import ExitCode, ResultsFileError, ScenarioError, UsageError
-from specaudit.results.document import from_document, to_document
+from specaudit.results import document as results_document
+from specaudit.results.document import from_document
 from specaudit.scenarios.loading import parse_scenario
 from specaudit.scenarios.schema import Sampling
 
@@ -230,7 +231,7 @@ def _documents() -> tuple[str, str, str]:
     whole = specaudit.run(REFERENCE, ["markov-v4"], samples=2000, seed=4, power=False, diagnose=False)
     shards = [specaudit.run(REFERENCE, ["markov-v4"], samples=2000, seed=4, power=False, diagnose=False, shard=(i, 2))
               for i in range(2)]
-    texts = [json.dumps(to_document(r), allow_nan=False) for r in (whole, *shards)]
+    texts = [json.dumps(results_document.to_document(r), allow_nan=False) for r in (whole, *shards)]
     return texts[0], texts[1], texts[2]
 
 

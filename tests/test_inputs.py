@@ -127,7 +127,7 @@ RESULTS = [
     (b"not json\n", "bad.json: Expecting value at line 1 column 1: not JSON"),
     (b'{"schema_version": 1, "tool"', "bad.json: Expecting ':' delimiter at line 1 column 29: the JSON ends early (a truncated file?)"),
     (b"\xff\xfe{}", "bad.json: not UTF-8 text (byte 0xff at offset 0)"),
-    (b'{"a": 1}', "bad.json: not a specaudit results file (schema_version None; this specaudit reads 1)"),
+    (b'{"a": 1}', "bad.json: not a specaudit results file (schema_version None; this specaudit reads 1 and 2)"),
     (b"[1, 2]", "bad.json: not a specaudit results file (expected a JSON object, got a list)"),
     (b'{"schema_version": 1, "target": "t", "alpha": "x", "scenarios": []}',
      "bad.json: not a specaudit results file: alpha: expected a number, got a string 'x'"),

@@ -62,11 +62,11 @@ SMALLER: dict[str, dict[str, str]] = {
     "specaudit run mypkg.spec:verify --seed 1 --shard 1/2 --json s1.json": {"--samples": "30000"},
     # --samples is the cap of --certify-tv: this is the cap the README line gets on its own (4x the plan for
     # markov-v4 at 0.005); it certifies at 960,000 sequences (about 3 s of CPU on the 2-core machine, 2026-12-01)
-    "specaudit run specaudit.reference:verify -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
+    "specaudit run specaudit.verifiers.reference:verify -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
     # the same cap: a smaller one is refused when 0.005 is below its least bound; the mutant fails at its first look
-    "specaudit run specaudit.mutants:resample_from_p -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
+    "specaudit run specaudit.verifiers.zoo.chain:resample_from_p -s markov-v4 --certify-tv 0.005": {"--samples": "2881536"},
     # its own cap: 0.012 is above the least bound at 30,000 (0.011) and below what the plug-in TV reaches there
-    "specaudit run specaudit.reference:verify -s markov-v4 --certify-tv 0.012 --samples 30000": {"--samples": "30000"},
+    "specaudit run specaudit.verifiers.reference:verify -s markov-v4 --certify-tv 0.012 --samples 30000": {"--samples": "30000"},
     # V = 32,768 at 20,000 sequences: minutes (83 s of CPU at 15,000 on the 2-core machine, 2026-12-01)
     "specaudit run mypkg.spec:verify -s zipf-v32k --max-memory 2": {"--samples": "1000"},
     # V = 128,256 at 20,000 sequences: minutes (benchmarks/scale.py's gate); 200 runs the same code
@@ -189,7 +189,7 @@ def argv(line: Line) -> list[list[str]]:
             segments[-1].append(w)
     last = segments[-1]
     flags = dict(SMALLER.get(line.text, {}))
-    if last[:2] == ["specaudit", "run"]:
+    if last[:2] == ["specaudit", "run"] or last[:4] == ["python", "-m", "specaudit", "run"]:
         flags.setdefault("--samples", RUN_SAMPLES)
     for flag, value in flags.items():
         if flag in last:
@@ -200,7 +200,18 @@ def argv(line: Line) -> list[list[str]]:
 
 
 def run_specaudit(words: list[str], line: Line) -> int:
-    """Run one ``specaudit ...`` segment through the console script's entry point; return its exit code."""
+    """Run one ``specaudit ...`` segment through the console script's entry point; return its exit code.
+
+    A ``python -m specaudit ...`` segment runs as written, in a subprocess (the user's folder and
+    this checkout importable).
+    """
+    if words[:3] == ["python", "-m", "specaudit"]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), str(ROOT)])}
+        proc = subprocess.run([sys.executable, *words[1:]], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == line.exit_code, (
+            f"README line {line.number}: `{line.text}` exited {proc.returncode}, the README says {line.exit_code}\n"
+            f"{(proc.stdout + proc.stderr)[-3000:]}")
+        return proc.returncode
     assert words[0] == "specaudit", f"README line {line.number}: {words[0]!r} is not a specaudit command"
     out_file = None
     if ">" in words:

@@ -107,7 +107,7 @@ script()
 
 @pytest.mark.parametrize(("args", "code", "says"), [
     (["run", "reference", "-s", "markov-v4", "--samples", "2000", "--no-power"], ExitCode.OK, "PASSED"),
-    (["run", "specaudit.mutants:resample_from_p", "-s", "markov-v4", "--samples", "20000", "--no-power"],
+    (["run", "specaudit.verifiers.zoo.chain:resample_from_p", "-s", "markov-v4", "--samples", "20000", "--no-power"],
      ExitCode.CHECKS_FAILED, "FAILED"),
     (["run", "no_such_module:verify", "-s", "markov-v4"], ExitCode.USAGE_ERROR, "no_such_module"),
 ])

@@ -3,9 +3,10 @@
 This is the file boundary of :mod:`specaudit.results`: :func:`to_document` turns a
 :class:`~specaudit.results.RunResult` into plain JSON values and :func:`from_document` turns
 them back, so everything above this module (reporters, ``specaudit merge``, the baseline
-comparison) works on result objects and only this module knows the JSON layout. Reading
-validates: a file that is not JSON, not a specaudit document, of another schema version or
-missing a field raises :class:`~specaudit.errors.ResultsFileError` (exit 4) naming the file and
+comparison) works on result objects and only this module (with the layout described in
+:mod:`specaudit.results.schema`) knows the JSON layout. Reading
+validates: a file that is not JSON, not a specaudit document, of a schema version this release
+does not read (:data:`specaudit.results.schema.READS`; version 1 is upgraded) or missing a field raises :class:`~specaudit.errors.ResultsFileError` (exit 4) naming the file and
 the field, never a bare ``KeyError``. :func:`atomic_write` is the one writer every report file
 goes through (temporary file in the same folder, then ``os.replace``), so a crash mid-write
 never leaves a truncated file behind.
@@ -37,6 +38,7 @@ from specaudit.results import (
     Status,
     TVBound,
 )
+from specaudit.results.schema import CHECK_DATA, INFO, READS, SCHEMA_VERSION, SETTINGS
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -54,9 +56,6 @@ __all__ = [
     "to_document",
     "write",
 ]
-
-#: Version of the document layout; a reader refuses any other.
-SCHEMA_VERSION = 1
 
 #: RunResult fields that the document places apart from the others (``partial`` first, ``baseline`` last).
 _APART = ("partial", "baseline")
@@ -88,6 +87,7 @@ def to_document(result: RunResult) -> dict[str, Any]:
     for f in dataclasses.fields(result):
         if f.name not in _APART:
             doc[f.name] = _plain(getattr(result, f.name))
+    doc["scenarios"] = [_scenario_document(s) for s in result.scenarios]
     # a reader must never see a verdict or exit code 0 before the run has ended
     if result.interrupted:
         doc["status"], doc["exit_code"] = "interrupted", int(result.exit_code())
@@ -97,6 +97,17 @@ def to_document(result: RunResult) -> dict[str, Any]:
         doc["status"], doc["exit_code"] = result.status.value, int(result.exit_code())
     if result.baseline is not None:
         doc["baseline"] = _plain(result.baseline.to_dict())
+    return doc
+
+
+def _scenario_document(scenario: ScenarioResult) -> dict[str, Any]:
+    """Return the JSON form of one scenario's result: its fields, and its verdict (``status``) by the one rule."""
+    doc: dict[str, Any] = {}
+    for f in dataclasses.fields(scenario):
+        doc[f.name] = _plain(getattr(scenario, f.name)) if f.name != "rerun" else (
+            None if scenario.rerun is None else _scenario_document(scenario.rerun))
+        if f.name == "name":
+            doc["status"] = scenario.status.value
     return doc
 
 
@@ -186,33 +197,8 @@ def _kind(value: Any) -> str:
     )
 
 
-#: What the reports read of a check's ``data`` and of a scenario's ``info``: a kind (``"number?"``: the key may be
-#: absent or null), an object of such keys (``"key?"``: an object or list that may be absent; ``"*"``: every key
-#: not named), a list [shape], or a tuple of alternatives.
-#: Other keys are free. A hand-edited file whose ``tv`` is a string is refused here (exit 4), not in a
-#: reporter's format string (exit 3); numbers written as "nan" or "inf" come back as floats.
-_CHECK_DATA: dict[str, Any] = {
-    "tv": "number?", "tv_null": "number?", "estimate": "number?", "exact": "number?", "stderr": "number?", "n": "integer?",
-    "traceback": "string?",
-    "top_cells?": [{"cell": ["integer"], "observed": "number", "expected": "number", "residual": "number"}],
-}
-_INFO: dict[str, Any] = {
-    "diagnosis?": {
-        "best?": {"mutant": "string", "description": "string", "similarity": "number", "mirrors": "string"},
-        "candidates?": [{"mutant": "string", "description": "string", "similarity": "number"}],
-        "min_similarity": "number?",
-    },
-    "sensitivity?": {"samples": "integer", "groups": "integer", "detectable_tv": "number", "alpha": "number",
-                     "family_alpha": "number", "tests": "integer", "target_power": "number", "flag": "string?"},
-    "power?": {"*": ("number", {"kind": "string?", "power": "number?", "same_law": "boolean?"})},
-}
-#: What the reports read of a run's ``settings`` (the reproduce line, the certificate line).
-_SETTINGS: dict[str, Any] = {"samples": "integer?", "timeout": "number?", "certify_tv": "number?", "alpha": "number?",
-                             "gate_efficiency": "boolean?", "early_stop": "boolean?", "adapter": "string?"}
-
-
 def _shaped(value: Any, shape: Any, where: str) -> Any:
-    """Return ``value`` checked against ``shape`` (see ``_CHECK_DATA``), its numbers read back as floats."""
+    """Return ``value`` checked against ``shape`` (see :data:`specaudit.results.schema.CHECK_DATA`), its numbers read back as floats."""
     if isinstance(shape, tuple):  # alternatives: the first that fits, else what the last one says
         for alternative in shape[:-1]:
             try:
@@ -250,7 +236,7 @@ def _check(value: Any, where: str) -> CheckResult:
         df=_typed(d, "df", where, "number", None, optional=True),
         adjusted_pvalue=_typed(d, "adjusted_pvalue", where, "number", None, optional=True),
         gate=_typed(d, "gate", where, "boolean", True),
-        data=_shaped(d.get("data", {}), _CHECK_DATA, f"{where}.data"),
+        data=_shaped(d.get("data", {}), CHECK_DATA, f"{where}.data"),
     )
 
 
@@ -264,8 +250,20 @@ def _error(value: Any, where: str) -> ErrorInfo:
                      traceback=_typed(d, "traceback", where, "string", ""))
 
 
-def _scenario(value: Any, where: str) -> ScenarioResult:
+def _scenario(value: Any, where: str, stated: bool = True) -> ScenarioResult:
+    """Read one scenario's result; its ``status`` (required when ``stated``) must be a verdict.
+
+    The stated verdict is written for consumers of the file; this reader derives the verdict again
+    from the checks by the one rule (:attr:`ScenarioResult.status`), so an edited file's stale
+    ``status`` is never what a report shows.
+    """
     s = _object(value, where)
+    if stated or "status" in s:
+        _enum(Status, _need(s, "status", where), f"{where}.status")
+    return _scenario_fields(s, where, stated)
+
+
+def _scenario_fields(s: Mapping[str, Any], where: str, stated: bool) -> ScenarioResult:
     err = s.get("error")
     fields = {"name": "string", "path": "string", "line": "integer", "content_hash": "string", "description": "string",
               "seed": "integer", "samples": "integer"}
@@ -276,9 +274,9 @@ def _scenario(value: Any, where: str) -> ScenarioResult:
         seconds=_typed(s, "seconds", where, "number", 0.0),
         verifier_seconds=_typed(s, "verifier_seconds", where, "number", 0.0),
         calls=_typed(s, "calls", where, "integer", 0),
-        info=_shaped(s.get("info", {}), _INFO, f"{where}.info"),
+        info=_shaped(s.get("info", {}), INFO, f"{where}.info"),
         # null or absent: none; anything else ({}, 0, false, "") is checked, never read as absent
-        rerun=_scenario(s["rerun"], f"{where}.rerun") if s.get("rerun") is not None else None,  # a SUSPECT scenario's re-run
+        rerun=_scenario(s["rerun"], f"{where}.rerun", stated) if s.get("rerun") is not None else None,  # a SUSPECT scenario's re-run
         tv_bound=_tv_bound(s["tv_bound"], f"{where}.tv_bound") if s.get("tv_bound") is not None else None,
     )
 
@@ -344,9 +342,9 @@ def _comparison(value: Any, where: str) -> Comparison:
 
 
 def scenario_from_dict(s: Mapping[str, Any]) -> ScenarioResult:
-    """Rebuild one scenario's result from its JSON form (raise ResultsFileError if it is malformed)."""
+    """Rebuild one scenario's result from its JSON form (ResultsFileError if malformed; a stated status is checked)."""
     try:
-        return _scenario(s, "scenario")
+        return _scenario(s, "scenario", stated=False)
     except _Bad as exc:
         raise ResultsFileError(f"not a specaudit results document: {exc}") from None
 
@@ -356,26 +354,14 @@ def from_document(doc: Any, source: str = "results document") -> RunResult:
     if not isinstance(doc, Mapping):
         raise ResultsFileError(f"{source}: not a specaudit results file (expected a JSON object, got {_kind(doc)})")
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version not in READS:
+        newer = type(version) is int and version > SCHEMA_VERSION
         raise ResultsFileError(
-            f"{source}: not a specaudit results file (schema_version {version!r}; this specaudit reads {SCHEMA_VERSION})"
+            f"{source}: not a specaudit results file (schema_version {version!r}; this specaudit reads "
+            f"{' and '.join(map(str, READS))}{': it was written by a newer specaudit' if newer else ''})"
         )
     try:
-        base = doc.get("baseline")
-        return RunResult(
-            target=_typed(doc, "target", "", "string"),
-            alpha=_in_range(doc, "alpha", "", lambda x: 0.0 < x < 1.0, "a family-wise alpha, 0 < alpha < 1"),
-            seed=_typed(doc, "seed", "", "integer", None, optional=True),
-            version=_typed(doc, "version", "", "string", "?"),
-            scenarios=_items(_need(doc, "scenarios", ""), "scenarios", _scenario),
-            interrupted=_typed(doc, "interrupted", "", "boolean", False),
-            started=_typed(doc, "started", "", "string", ""),
-            seconds=_typed(doc, "seconds", "", "number", 0.0),
-            settings=_shaped(doc.get("settings", {}), _SETTINGS, "settings"),
-            environment=_object(doc.get("environment", {}), "environment"),
-            partial=_typed(doc, "partial", "", "boolean", False),
-            baseline=_comparison(base, "baseline") if base else None,
-        )
+        return _run(doc, version)
     except _Bad as exc:
         raise ResultsFileError(f"{source}: not a specaudit results file: {exc}") from None
 
@@ -390,6 +376,25 @@ def _refuse_constant(name: str) -> Any:
 
 class _NonFinite(ValueError):
     """A JSON literal ``NaN``, ``Infinity`` or ``-Infinity`` in a results file."""
+
+
+def _run(doc: Mapping[str, Any], version: int) -> RunResult:
+    """Read a run's document of ``version`` (1: each scenario's status derived on reading, see results.schema)."""
+    base = doc.get("baseline")
+    return RunResult(
+        target=_typed(doc, "target", "", "string"),
+        alpha=_in_range(doc, "alpha", "", lambda x: 0.0 < x < 1.0, "a family-wise alpha, 0 < alpha < 1"),
+        seed=_typed(doc, "seed", "", "integer", None, optional=True),
+        version=_typed(doc, "version", "", "string", "?"),
+        scenarios=_items(_need(doc, "scenarios", ""), "scenarios", lambda v, w: _scenario(v, w, stated=version >= 2)),
+        interrupted=_typed(doc, "interrupted", "", "boolean", False),
+        started=_typed(doc, "started", "", "string", ""),
+        seconds=_typed(doc, "seconds", "", "number", 0.0),
+        settings=_shaped(doc.get("settings", {}), SETTINGS, "settings"),
+        environment=_object(doc.get("environment", {}), "environment"),
+        partial=_typed(doc, "partial", "", "boolean", False),
+        baseline=_comparison(base, "baseline") if base else None,
+    )
 
 
 def read_document(path: str | Path) -> dict[str, Any]:

@@ -28,9 +28,9 @@ def _verdicts(result: specaudit.RunResult) -> list[tuple]:
 
 
 @pytest.mark.parametrize(("target", "early_stop"), [
-    ("specaudit.reference:verify", False),
+    ("specaudit.verifiers.reference:verify", False),
     ("specaudit.verifiers.zoo.chain:resample_from_p", True),  # stops at an interim look
-    ("specaudit.reference:verify", True),  # every look taken, sequential p-values
+    ("specaudit.verifiers.reference:verify", True),  # every look taken, sequential p-values
 ], ids=["reference", "mutant-early-stop", "reference-early-stop"])
 def test_the_supervisor_judges_every_look_as_an_in_process_run_does(target, early_stop):
     kwargs = {"samples": 40_000, "seed": 3, "power": False, "diagnose": False, "early_stop": early_stop}
@@ -87,7 +87,7 @@ def test_a_child_that_dies_while_its_look_is_judged_is_that_scenarios_error(monk
             return super().__call__(*args)
 
     monkeypatch.setattr(supervisor, "Judge", Killing)
-    result = specaudit.run("specaudit.reference:verify", ["markov-v4"], samples=20_000, power=False, diagnose=False,
+    result = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], samples=20_000, power=False, diagnose=False,
                            supervised=True)
     (only,) = result.scenarios
     assert only.status is Status.ERROR
@@ -111,7 +111,7 @@ def test_the_supervisor_kills_the_childs_group_before_it_joins_the_child(monkeyp
         def close(self):
             order.append("close")
 
-    sup = supervisor._Supervisor("specaudit.reference:verify", [], RunSettings(), None)
+    sup = supervisor._Supervisor("specaudit.verifiers.reference:verify", [], RunSettings(), None)
     monkeypatch.setattr(sup, "_kill_group", lambda child: order.append("kill"))
     try:
         sup._end(Child())

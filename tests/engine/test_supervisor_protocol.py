@@ -92,7 +92,7 @@ def _supervisor(slots: int = 3) -> Any:
     from specaudit.engine.settings import RunSettings
 
     loaded = [types.SimpleNamespace(spec=types.SimpleNamespace(name=name)) for name in "abc"]
-    return supervisor._Supervisor("specaudit.reference:verify", loaded, RunSettings(jobs=slots - 1), None)
+    return supervisor._Supervisor("specaudit.verifiers.reference:verify", loaded, RunSettings(jobs=slots - 1), None)
 
 
 def _scripted(sup: Any, script: list[Any]) -> list[list[int]]:

@@ -6,7 +6,8 @@ import functools
 import json
 
 import specaudit
-from specaudit.results.document import roundtrip, to_document
+from specaudit.results import document as results_document
+from specaudit.results.document import roundtrip
 
 SAMPLES = 20_000
 
@@ -25,7 +26,7 @@ def passing():
 
 def document(result):
     """Return the JSON document of a run as a reader of the file sees it (a dict, to edit in tests)."""
-    return json.loads(json.dumps(to_document(result), allow_nan=False))
+    return json.loads(json.dumps(results_document.to_document(result), allow_nan=False))
 
 
 @functools.cache

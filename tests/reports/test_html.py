@@ -16,7 +16,8 @@ from report_runs import document, failing, passing
 
 from specaudit.errors import ExitCode
 from specaudit.reports import html, plots
-from specaudit.results.document import from_document, roundtrip, to_document
+from specaudit.results import document as results_document
+from specaudit.results.document import from_document, roundtrip
 
 SVG = re.compile(r"<svg.*?</svg>", re.S)
 
@@ -39,7 +40,7 @@ def test_page_is_light_self_contained_and_drawn_without_matplotlib(tmp_path):
     assert "<script" not in page and "<metadata" not in page and not re.search(r"(src|href)=[\"']?(https?:)?//|@import", page)
     # rendering imports no plotting library (a fresh interpreter, the page from the JSON file)
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(to_document(passing()), allow_nan=False))
+    path.write_text(json.dumps(results_document.to_document(passing()), allow_nan=False))
     code = ("import sys; from specaudit.results.document import read; from specaudit.reports import html; "
             f"html.render(read({str(path)!r})); print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -201,7 +202,7 @@ def test_plots_of_odd_data_are_skipped_never_fatal():
 
 def test_report_rerenders_the_same_bytes(tmp_path, cli):
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(to_document(failing()), allow_nan=False))
+    path.write_text(json.dumps(results_document.to_document(failing()), allow_nan=False))
     pages = []
     for name in ("a.html", "b.html"):
         res = cli("report", str(path), "--html", str(tmp_path / name))

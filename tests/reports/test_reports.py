@@ -230,8 +230,10 @@ BAD_DOCUMENTS = {
     "huge-int": (lambda doc: json.dumps(doc).replace('"seed": 1', '"seed": ' + "9" * 5000, 1),
                  r"cannot read results file .*r\.json: Exceeds the limit \(4300 digits\)"),
     "list": (lambda doc: json.dumps([doc]), r"r\.json: not a specaudit results file \(expected a JSON object, got a list\)"),
-    "schema": (lambda doc: json.dumps({**doc, "schema_version": 2}), r"r\.json: not a specaudit results file \(schema_version 2; this specaudit reads 1\)"),
-    "no-schema": (lambda doc: json.dumps(_without(doc, "schema_version")), r"\(schema_version None; this specaudit reads 1\)"),
+    "schema": (lambda doc: json.dumps({**doc, "schema_version": 3}),
+               r"r\.json: not a specaudit results file \(schema_version 3; this specaudit reads 1 and 2: it was written by a newer specaudit\)"),
+    "old-schema": (lambda doc: json.dumps({**doc, "schema_version": 0}), r"r\.json: not a specaudit results file \(schema_version 0; this specaudit reads 1 and 2\)"),
+    "no-schema": (lambda doc: json.dumps(_without(doc, "schema_version")), r"\(schema_version None; this specaudit reads 1 and 2\)"),
     "no-scenarios": (lambda doc: json.dumps(_without(doc, "scenarios")), r"r\.json: not a specaudit results file: missing key 'scenarios'"),
     "no-name": (lambda doc: json.dumps(_without(doc, "scenarios", 1, "name")), r"scenarios\[1\]: missing key 'name'"),
     "no-status": (lambda doc: json.dumps(_without(doc, "scenarios", 0, "checks", 2, "status")),
@@ -243,14 +245,16 @@ BAD_DOCUMENTS = {
 }
 
 
-@pytest.mark.parametrize("command", ["report", "merge"])
+@pytest.mark.parametrize("command", ["report", "merge", "baseline"])
 @pytest.mark.parametrize("case", list(BAD_DOCUMENTS))
 def test_bad_results_documents_exit_4_and_say_where(tmp_path, command, case, cli):
     make, message = BAD_DOCUMENTS[case]
     good = document(passing())
     path = tmp_path / "r.json"
     path.write_text(make(good))
-    args = ("report", str(path)) if command == "report" else ("merge", str(path), str(path))
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    args = {"report": ("report", str(path)), "merge": ("merge", str(path), str(path)),
+            "baseline": ("report", str(tmp_path / "good.json"), "--baseline", str(path))}[command]
     res = cli(*args)
     assert res.exit_code == ExitCode.USAGE_ERROR, res.output
     assert re.search(message, res.output), res.output

@@ -15,7 +15,7 @@ from specaudit.reports.columns import Column, fit, pieces, wrap
 from specaudit.results.document import from_document
 from specaudit.scenarios.catalogue import shipped
 
-MUTANT_RUN = ("run", "specaudit.mutants:resample_from_p", "-s", "markov-v4", "-s", "corners", "--samples", "5000", "--seed", "3")
+MUTANT_RUN = ("run", "specaudit.verifiers.zoo.chain:resample_from_p", "-s", "markov-v4", "-s", "corners", "--samples", "5000", "--seed", "3")
 
 
 def _whole(number: str, text: str) -> bool:
