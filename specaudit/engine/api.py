@@ -125,7 +125,9 @@ def run(
         (:mod:`specaudit.engine.supervisor`): an ``os._exit``, a signal, a crash in C code or a
         call that swallows its timeout is that scenario's ERROR, never the end of the calling
         process (a pytest session that a verifier's ``os._exit(0)`` would otherwise end green).
-        Where processes cannot be forked, or off the main thread, the run is in-process. False:
+        Where processes cannot be forked, or off the main thread, the run is in-process. A caller
+        that has initialised CUDA (or a run on a CUDA device) starts the child by forkserver, which
+        imports ``target`` anew: a lambda or a notebook's function is then a UsageError. False:
         in-process always (a verifier whose side effects the caller wants to see).
     """
     settings = RunSettings(
