@@ -345,6 +345,7 @@ def test_a_verifier_printing_100_mb_does_not_reach_the_report_on_stdout(tmp_path
         None, "the verifier raised ValueError: printed 100 MB", None]
 
 
+@pytest.mark.usefixtures("start_method")
 def test_ray_workers_contain_every_kind_of_fault_and_the_run_goes_on(cli, tmp_path, monkeypatch):
     # one run, one Ray instance, a different fault in each scenario (by its vocabulary): os._exit, a segfault,
     # a call that swallows its timeout, sys.exit(0); the scenario before them passes, nothing is retried

@@ -8,9 +8,11 @@ by forkserver or spawn, it passes.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import device_context
 import pytest
@@ -25,6 +27,7 @@ from specaudit.results import Status
 pytest_plugins = ["pytester"]
 
 RUN = {"samples": 1000, "power": False, "diagnose": False}
+RUN_QUIET = {"power": False, "diagnose": False}
 
 
 @pytest.fixture
@@ -157,6 +160,17 @@ def test_jobs_in_a_process_that_initialised_cuda_exit_4_and_jobs_1_passes(cli, v
 def test_jobs_in_process_with_cuda_is_a_usage_error(cuda):
     with pytest.raises(specaudit.UsageError, match=r"--jobs 2: .* has initialised CUDA .* use --jobs 1"):
         specaudit.run(device_context.verify, ["markov-v4"], samples=20000, jobs=2, supervised=False, power=False)
+
+
+def test_ray_blocks_from_a_caller_with_cuda_pass(cuda, monkeypatch):
+    pytest.importorskip("ray")
+    helpers = str(Path(device_context.__file__).parent)  # Ray's workers import the verifier's module by name too
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [helpers, os.environ.get("PYTHONPATH")])))
+    result = specaudit.run(device_context.verify, ["markov-v4"], samples=30000, jobs=2, backend="ray", **RUN_QUIET)
+    assert result.exit_code() == ExitCode.OK and result.scenarios[0].status is Status.PASSED
+    monkeypatch.setenv(START_METHOD_VARIABLE, "fork")  # the negative control: the child's own calls (probes) fail
+    result = specaudit.run(device_context.verify, ["markov-v4"], samples=30000, jobs=2, backend="ray", **RUN_QUIET)
+    assert result.scenarios[0].status is Status.ERROR
 
 
 def test_asking_whether_cuda_is_initialised_never_imports_torch():
