@@ -727,8 +727,16 @@ class _Supervisor:
             self.board.stamps[slot] = 0.0
         self.settle()
         self._born = time.monotonic()  # every call start on the board is later (the stamps were just cleared)
-        with contextlib.nullcontext() if self.method == "fork" or _from_main(self.target) else _main_left_out():
-            child.start()
+        try:
+            with contextlib.nullcontext() if self.method == "fork" or _from_main(self.target) else _main_left_out():
+                child.start()
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:  # spawn, forkserver: what the child gets is pickled
+            for fd in (mine, out, hear, answer):
+                os.close(fd)
+            raise UsageError(f"the run cannot be handed to a child started by {self.method}: {type(exc).__name__}: "
+                             f"{str(exc)[:300]} (the target, the scenarios and the settings are pickled for it); pass "
+                             "picklable ones (a dict for adapter_options, scenarios by name or file), or run it in "
+                             "this process with supervised=False") from exc
         self._loading_since = self._heard = time.monotonic()
         opening = getattr(self.progress, "open", None)  # optional: a reporter's imports, beside the child's (issue 20)
         if opening is not None:

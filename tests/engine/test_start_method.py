@@ -27,6 +27,7 @@ from specaudit.results import Status
 pytest_plugins = ["pytester"]
 
 RUN = {"samples": 1000, "power": False, "diagnose": False}
+REF_TORCH = "specaudit.adapters.torch_reference:verify"
 RUN_QUIET = {"power": False, "diagnose": False}
 
 
@@ -96,6 +97,17 @@ def test_a_lambda_with_cuda_is_a_usage_error_naming_the_way_out_and_the_way_out_
                                                        r"'package.module:verify' or 'file.py:verify'.*supervised=False"):
             specaudit.run(target, ["peaked-v8"], **RUN)
         assert specaudit.run(target, ["peaked-v8"], supervised=False, **RUN).exit_code() == ExitCode.OK
+
+
+def test_settings_a_fresh_child_cannot_be_handed_are_a_usage_error(cuda):
+    import types
+
+    options = types.MappingProxyType({"device": "cpu"})  # a mapping pickle refuses
+    with pytest.raises(specaudit.UsageError, match=r"cannot be handed to a child started by forkserver: TypeError: .*"
+                                                   r"mappingproxy.*supervised=False"):
+        specaudit.run(REF_TORCH, ["markov-v4"], adapter="torch", adapter_options=options, **RUN)
+    ok = specaudit.run(REF_TORCH, ["markov-v4"], adapter="torch", adapter_options=dict(options), **RUN)
+    assert ok.exit_code() == ExitCode.OK  # the way out: a dict
 
 
 def test_a_notebook_function_with_cuda_is_a_usage_error():
