@@ -58,14 +58,21 @@ def batch_budget(device: str, max_memory: int, max_device_memory: int | None = N
     """Return the bytes a batch may use on ``device``.
 
     On a CUDA device: ``max_device_memory`` (``--max-device-memory``), at most its free memory
-    now (more cannot be had), else :data:`DEVICE_SHARE` of that. Elsewhere (the CPU) the batch
-    is in host memory: ``max_memory`` (``--max-memory``).
+    now (more cannot be had), else :data:`DEVICE_SHARE` of that rounded down to 2 or 3 times a
+    power of two: the batch width decides which random numbers each row gets, so a width that
+    followed every MiB of free memory would make a seed's run unrepeatable; rounded so (at most
+    1.5x below), it stays the same while the free memory stays on one step (96 to 128 GiB of
+    budget, say). Elsewhere (the CPU) the batch is in host memory: ``max_memory`` (``--max-memory``).
     """
     where = torch.device(device)
     if where.type != "cuda":
         return int(max_memory)
     free, _total = torch.cuda.mem_get_info(where)
-    return int(free * DEVICE_SHARE) if max_device_memory is None else min(int(free), int(max_device_memory))
+    if max_device_memory is not None:
+        return min(int(free), int(max_device_memory))
+    share = max(1, int(free * DEVICE_SHARE))
+    low = max(0, share.bit_length() - 2)  # keep the two leading bits: 2 or 3 times a power of two
+    return share >> low << low
 
 
 def _signed(value: int) -> int:
