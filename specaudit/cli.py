@@ -239,7 +239,11 @@ def main() -> None:
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="With --backend ray: the cluster to join (ray.init(address=ADDR)); default a local instance.")
 @click.option("--max-memory", "max_memory", type=_Real(0.0, float(1 << 20), True, False, "2 or 0.5"), default=2.0, show_default=True, metavar="GIB",
-              help="Working memory the simulator's batch may use, in GiB (large vocabularies run in chunks).")
+              help="Working memory the simulator's batch may use in host RAM, in GiB (large vocabularies run in chunks).")
+@click.option("--max-device-memory", "max_device_memory", type=_Real(0.0, float(1 << 20), True, False, "40 or 0.5"),
+              default=None, metavar="GIB",
+              help="With --device cuda: memory the batch may use on the device, in GiB (at most what is free there). "
+                   "Default: 80% of the device's free memory.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write results as JSON (updated after every scenario).")
 @_html
@@ -457,6 +461,7 @@ def _run_settings(
     backend: str,
     ray_address: str | None,
     max_memory: float,
+    max_device_memory: float | None,
     adapter: str | None,
     adapter_args: tuple[str, ...],
     device: str | None,
@@ -470,7 +475,8 @@ def _run_settings(
     adapter_options = _adapter_options(adapter_args, device, dtype)
     return RunSettings(
         alpha=alpha, seed=seed, samples=samples, batch=batch, method=method, gate_efficiency=not allow_inefficient,
-        contract=contract, timeout=timeout or None, import_timeout=import_timeout or None, max_memory=_gib(max_memory), jobs=jobs, backend=backend,
+        contract=contract, timeout=timeout or None, import_timeout=import_timeout or None, max_memory=_gib(max_memory),
+        max_device_memory=None if max_device_memory is None else _gib(max_device_memory, "--max-device-memory"), jobs=jobs, backend=backend,
         address=ray_address, suspect_level=suspect_level, power=not no_power, early_stop=early_stop,
         certify_tv=certify_tv, shard=parse_shard(shard), adapter=adapter, adapter_options=adapter_options,
         device=device,
@@ -493,10 +499,10 @@ def _adapter_options(pairs: tuple[str, ...], device: str | None, dtype: str | No
     return options
 
 
-def _gib(value: float) -> int:
+def _gib(value: float, option: str = "--max-memory") -> int:
     """Return ``value`` GiB in bytes; reject sizes that cannot hold one batch row."""
     if not value > 0:
-        raise click.BadParameter(f"{value}; allowed: a size in GiB > 0, e.g. 2 or 0.5", param_hint="--max-memory")
+        raise click.BadParameter(f"{value}; allowed: a size in GiB > 0, e.g. 2 or 0.5", param_hint=option)
     return int(value * (1 << 30))
 
 

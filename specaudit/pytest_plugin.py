@@ -72,7 +72,9 @@ def assert_lossless(
     **run_options
         Any other keyword of :func:`specaudit.run` (``timeout``, ``jobs``, ``adapter``, ``supervised``, ...).
         The verifier runs in a supervised child process unless ``supervised=False``: an ``os._exit``
-        or a crash in it is a failed assertion, never the end of the pytest session.
+        or a crash in it is a failed assertion, never the end of the pytest session. In a session
+        that has initialised CUDA the child starts by forkserver and imports the verifier anew: pass
+        a module-level function or an import path (a closure raises UsageError; ``supervised=False``).
 
     Returns
     -------

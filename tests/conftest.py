@@ -121,3 +121,14 @@ def cli() -> Callable[..., Result]:
 def verifiers_dir() -> Path:
     """Return the folder of the test verifiers (tests/verifiers)."""
     return HERE / "verifiers"
+
+
+@pytest.fixture(params=["fork", "forkserver"])
+def start_method(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test twice: the supervised child started by fork, then by forkserver (``$SPECAUDIT_START_METHOD``).
+
+    Its children (the CLI run in a subprocess) inherit the variable, so every supervisor guarantee
+    a test asserts is asserted under both start methods.
+    """
+    monkeypatch.setenv("SPECAUDIT_START_METHOD", request.param)
+    return str(request.param)

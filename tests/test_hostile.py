@@ -184,6 +184,7 @@ def _check_scenario_error(result, out: Path, kind: str, message: str) -> None:
         assert "Segmentation fault" in err["traceback"] and "calls.py" in err["traceback"]
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize(("name", "kind", "message"), AT_CALL, ids=[c[0] for c in AT_CALL])
 def test_a_fault_at_call_time_is_that_scenarios_error_and_the_run_goes_on(cli, tmp_path, monkeypatch, name, kind,
                                                                         message):
@@ -196,6 +197,7 @@ JOBS_QUICK = {"exit0", "keyboard_interrupt", "os_exit0", "segfault", "abort", "s
               "killpg_self", "sigterm_self", "markup_close"}
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize(
     ("name", "kind", "message"),
     [pytest.param(*c, marks=() if c[0] in JOBS_QUICK else pytest.mark.slow, id=c[0]) for c in AT_CALL],
@@ -224,6 +226,7 @@ def test_a_fault_in_a_block_left_running_after_its_scenario_erred_is_not_charged
 JOBS_MESSAGE = {"fork_sleeper_and_segfault": "a --jobs worker process died inside a verifier call (Segmentation fault)"}
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize(("name", "message"), AT_IMPORT, ids=[c[0] for c in AT_IMPORT])
 def test_a_fault_at_import_time_is_a_usage_error_before_any_result(cli, tmp_path, monkeypatch, name, message):
     result, out = _run(cli, tmp_path, monkeypatch, f"{HOSTILE / (name + '.py')}:verify")
@@ -240,6 +243,7 @@ def test_a_control_verifier_passes_the_same_way(cli, tmp_path, monkeypatch):
     assert doc["status"] == "passed" and doc["exit_code"] == 0
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize("jobs", ["1", "2"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_sigterm_and_sigint_exit_2_keep_every_finished_scenario_and_leave_no_process(tmp_path, signum, jobs):
@@ -341,6 +345,7 @@ def test_a_verifier_printing_100_mb_does_not_reach_the_report_on_stdout(tmp_path
         None, "the verifier raised ValueError: printed 100 MB", None]
 
 
+@pytest.mark.usefixtures("start_method")
 def test_ray_workers_contain_every_kind_of_fault_and_the_run_goes_on(cli, tmp_path, monkeypatch):
     # one run, one Ray instance, a different fault in each scenario (by its vocabulary): os._exit, a segfault,
     # a call that swallows its timeout, sys.exit(0); the scenario before them passes, nothing is retried
@@ -379,6 +384,7 @@ def test_ray_workers_contain_every_kind_of_fault_and_the_run_goes_on(cli, tmp_pa
     assert not _ray_processes() - before, "a Ray process outlived the run"
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_while_the_reports_are_written_exits_2_and_the_json_holds_the_finished_run(cli, tmp_path,
                                                                                           monkeypatch, signum):
@@ -401,6 +407,7 @@ def test_a_signal_while_the_reports_are_written_exits_2_and_the_json_holds_the_f
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
 
 
+@pytest.mark.usefixtures("start_method")
 def test_a_target_that_hangs_at_import_is_stopped_after_import_timeout(cli, tmp_path, monkeypatch):
     result, out = _run(cli, tmp_path, monkeypatch, f"{HOSTILE / 'import_hangs.py'}:verify", "--import-timeout", "2")
     assert result.exit_code == ExitCode.USAGE_ERROR, result.output
@@ -409,6 +416,7 @@ def test_a_target_that_hangs_at_import_is_stopped_after_import_timeout(cli, tmp_
     assert not out.exists()
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize(("name", "kind", "message"), [
     ("os_exit0", "died", "the verifier ended the process with os._exit(0)"),
     ("segfault", "died", "killed by signal 11 (SIGSEGV)"),
@@ -443,6 +451,7 @@ def _peaked_v8_error(tmp_path, target, *args, **run):
     return by_name["peaked-v8"]["error"]
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize("early_stop", [False, True])
 @pytest.mark.parametrize("name", ["pipe_garbage", "pipe_forged_length", "pipe_small_forged_length", "pipe_magic"])
 def test_bytes_the_verifier_writes_into_the_supervisors_pipe_are_that_scenarios_error(tmp_path, name, early_stop):
@@ -476,6 +485,7 @@ def test_a_verifier_that_closes_or_replaces_the_childs_pipes_is_that_scenarios_e
     assert err["kind"] == "died" and message in err["message"], err
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize("name, messages", [
     ("answers_read_away", ["the supervisor answered a look and the answer never came", "the child could not hear"]),
     ("results_read_away", ["a message the child sent never came (the verifier read it out of the pipe",
@@ -519,6 +529,7 @@ def test_a_target_that_does_not_load_again_in_a_fresh_child_is_an_error_of_the_s
     assert "this module loads once" in errors["markov-v4"]["message"]
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize("name, message", [
     ("error_exit0_from_a_handler", "raised by the verifier's signal handler"),
     ("timeout_error_from_a_handler", "the verifier raised TimeoutError: its own outside a verifier call"),
@@ -531,6 +542,7 @@ def test_what_the_verifiers_signal_handler_raises_between_calls_is_that_scenario
     assert message in err["message"], err
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize("name", ["lingering_output"])
 def test_a_child_that_does_nothing_outside_any_call_is_that_scenarios_error(monkeypatch, name):
     # no clock watched the harness between calls: a finalizer of the verifier's output that never ends (as a SIGSTOP
@@ -549,6 +561,7 @@ def test_a_child_that_does_nothing_outside_any_call_is_that_scenarios_error(monk
     assert result.exit_code() == ExitCode.CHECKS_FAILED
 
 
+@pytest.mark.usefixtures("start_method")
 @pytest.mark.parametrize("name", ["board_forged_supervisor", "board_forged_group"])
 def test_a_pid_the_verifier_writes_into_the_call_board_is_never_signalled(tmp_path, name):
     # the board (start times and pids of running calls) is shared memory the verifier can write: the supervisor sent
@@ -559,6 +572,7 @@ def test_a_pid_the_verifier_writes_into_the_call_board_is_never_signalled(tmp_pa
     assert err["kind"] == "died" and "wrote into the supervisor's call board" in err["message"], err
 
 
+@pytest.mark.usefixtures("start_method")
 def test_a_jobs_worker_that_dies_between_two_blocks_is_that_scenarios_error(tmp_path):
     # a thread of the verifier's ends its worker 0.3 s after a call returned: the pool is found broken at a later
     # submit or in a pending block, whichever comes first (the submit was exit 3, BrokenProcessPool; timing decides

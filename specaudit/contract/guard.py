@@ -75,6 +75,19 @@ class Board:
         self.scenarios: Any = ctx.Array("i", [-1] * slots, lock=False)
         self.next: Any = ctx.Value("i", 1)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Return the shared arrays, for a supervised child started by spawn or forkserver (multiprocessing passes them on).
+
+        The slot counter is left out: only the workers the child forks claim slots, so the child
+        makes its own (a lock of a fork context cannot travel to a spawned process).
+        """
+        return {"stamps": self.stamps, "pids": self.pids, "scenarios": self.scenarios}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Take the shared arrays in the child and make its own slot counter."""
+        self.__dict__.update(state)
+        self.next = mp.get_context("fork").Value("i", 1)
+
     def reset(self) -> None:
         """Free the worker slots (a new pool of workers will claim them)."""
         with self.next.get_lock():

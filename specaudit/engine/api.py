@@ -38,6 +38,7 @@ def run(
     device: str | None = None,
     jobs: int = 1,
     max_memory: int | None = None,
+    max_device_memory: int | None = None,
     suspect_level: float | None = None,
     power: bool = True,
     early_stop: bool = False,
@@ -97,6 +98,9 @@ def run(
     max_memory : int, optional
         Bytes the simulator's batch may use (p and q plus the verifier's temporaries);
         default ``specaudit.simulate.chain.DEFAULT_MAX_MEMORY`` (2 GiB).
+    max_device_memory : int, optional
+        Bytes the batch may use on a CUDA device (``device="cuda"``), at most what is free there;
+        default ``specaudit.simulate.device.DEVICE_SHARE`` (80%) of its free memory.
     suspect_level : float, optional
         A check with alpha < Holm-adjusted p <= this is SUSPECT and its scenario is re-run on a
         fresh seed with 4x the samples (`rerun_suspects`); default 100 x alpha (at most 0.5);
@@ -125,12 +129,14 @@ def run(
         (:mod:`specaudit.engine.supervisor`): an ``os._exit``, a signal, a crash in C code or a
         call that swallows its timeout is that scenario's ERROR, never the end of the calling
         process (a pytest session that a verifier's ``os._exit(0)`` would otherwise end green).
-        Where processes cannot be forked, or off the main thread, the run is in-process. False:
+        Where processes cannot be forked, or off the main thread, the run is in-process. A caller
+        that has initialised CUDA (or a run on a CUDA device) starts the child by forkserver, which
+        imports ``target`` anew: a lambda or a notebook's function is then a UsageError. False:
         in-process always (a verifier whose side effects the caller wants to see).
     """
     settings = RunSettings(
         alpha=alpha, seed=seed, samples=samples, method=method, gate_efficiency=gate_efficiency, contract=contract,
-        timeout=timeout, max_memory=max_memory, jobs=jobs, backend=backend, address=address,
+        timeout=timeout, max_memory=max_memory, max_device_memory=max_device_memory, jobs=jobs, backend=backend, address=address,
         suspect_level=suspect_level, power=power, diagnose=diagnose, early_stop=early_stop,
         certify_tv=certify_tv, shard=parse_shard(shard),
         adapter=adapter, adapter_options=adapter_options, device=device,

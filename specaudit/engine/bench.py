@@ -108,10 +108,12 @@ class Bench:
         Bytes the simulator's batch may use.
     tensors : TensorCall, optional
         The verifier's tensor form: simulate on its device (:mod:`specaudit.simulate.device`).
+    max_device_memory : int, optional
+        Bytes the batch may use on a CUDA device (at most what is free there; None: a share of it).
     """
 
     def __init__(self, verify: Callable[..., Any], spec: Any, contract: str = "probs", max_memory: int | None = None,
-                 tensors: TensorCall | None = None):
+                 tensors: TensorCall | None = None, max_device_memory: int | None = None):
         self.spec = spec
         self.tree = getattr(spec, "algorithm", "chain") == "tree"
         if self.tree:  # draft trees: the tree contract (specaudit.contract.tree), either payload
@@ -131,7 +133,7 @@ class Bench:
         if tensors is not None:  # torch only when asked for (specaudit.engine.device refuses a batch mix)
             from specaudit.simulate.device import DevicePath
 
-            self.device = DevicePath(tensors, self.target, self.draft)
+            self.device = DevicePath(tensors, self.target, self.draft, max_device_memory)
         self.joint = checks.wants_joint(spec) and not self.greedy
 
     @property

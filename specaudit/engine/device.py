@@ -20,6 +20,7 @@ host: small batches) and reports. Torch is imported only when a scenario takes t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,26 @@ from specaudit.contract.tensors import TensorCall, tensor_call
 from specaudit.engine.settings import RunSettings
 from specaudit.errors import UsageError
 
-__all__ = ["tensor_path"]
+__all__ = ["cuda_initialised", "device_run", "tensor_path"]
+
+
+def cuda_initialised() -> bool:
+    """Return True when this process has initialised CUDA (torch's state; torch is never imported just to ask).
+
+    A CUDA context does not survive a fork: a forked copy of this process that touches CUDA fails
+    ("Cannot re-initialize CUDA in forked subprocess"), so its children start by spawn or forkserver.
+    """
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    try:
+        return bool(cuda is not None and cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch without CUDA support, or half imported: no context here
+        return False
+
+
+def device_run(settings: RunSettings) -> bool:
+    """Return True when the run asks for a CUDA device (``--device cuda``, or the adapter's ``device`` option)."""
+    named = [settings.device, (settings.adapter_options or {}).get("device")]
+    return any(isinstance(d, str) and d.startswith("cuda") for d in named)
 
 
 def _same(a: str, b: str) -> bool:

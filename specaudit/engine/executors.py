@@ -38,6 +38,7 @@ from typing import Any
 from specaudit.contract import guard
 from specaudit.contract.targets import FILE_MODULE_PREFIX
 from specaudit.engine.bench import Bench, Progress, Tally
+from specaudit.engine.device import cuda_initialised
 from specaudit.errors import ContractError, UsageError, VerifierCrash, VerifierTimeout
 from specaudit.results import ErrorInfo
 
@@ -249,6 +250,10 @@ def _executor(units: Sequence[Unit], jobs: int, backend: str, address: str | Non
         return _Ray(units, jobs, address, timeout)
     if jobs == 1 or "fork" not in mp.get_all_start_methods() or sum(len(u.blocks) for u in units) <= 1:
         return _Inline()
+    if cuda_initialised():  # the workers are forks of this process, and its CUDA context does not survive a fork
+        raise UsageError(f"--jobs {jobs}: the block workers are forks of the process that runs the verifier, and that "
+                         "process has initialised CUDA (a CUDA context does not survive a fork); use --jobs 1 (one "
+                         "process per device), or --backend ray (its workers are processes of their own)")
     return _Forked(units, jobs)
 
 

@@ -353,7 +353,7 @@ def run_scenarios(
         verify = guarded(task.verify, settings.timeout, task.place)
         verifies.append(verify)
         bench = Bench(verify, spec, settings.contract, settings.max_memory,
-                      tensor_path(task.verify, spec, settings, task.place))
+                      tensor_path(task.verify, spec, settings, task.place), settings.max_device_memory)
         blocks = shard_blocks(bench.blocks, settings.shard)
         looks = sequential.look_schedule(len(blocks)) if stop_level is not None else []
         units.append(Unit(bench, task.seed, blocks, looks))
@@ -404,6 +404,10 @@ def run_scenarios(
         info: dict[str, Any] = {}
         if (on := units[i].bench.device) is not None:  # simulated on the verifier's device (specaudit.engine.device)
             info["device"] = on.device
+            if on.budget is not None:  # what its batch was sized from (a forked or Ray worker's is not seen here)
+                info["device_budget"] = on.budget
+        if tally.rounds.calls:  # every round of a sequence is one row of one call
+            info["rows_per_call"] = round(float(tally.rounds.moments[0]) / tally.rounds.calls, 1)
         if outcome.error is not None:
             result = dataclasses.replace(result, error=outcome.error)
         elif probe.error is not None:  # a probe call hung

@@ -93,7 +93,10 @@ class RunSettings:
     import_timeout : float or None
         Seconds the supervised child may take to import and bind the target (None or 0: no limit).
     max_memory : int or None
-        Bytes the simulator's batch may use (None: ``specaudit.simulate.chain.DEFAULT_MAX_MEMORY``).
+        Bytes the simulator's batch may use in host memory (None: ``specaudit.simulate.chain.DEFAULT_MAX_MEMORY``).
+    max_device_memory : int or None
+        Bytes the batch may use on a CUDA device, at most what is free there (None:
+        ``specaudit.simulate.device.DEVICE_SHARE`` of its free memory, ``torch.cuda.mem_get_info``).
     jobs : int
         Processes the blocks run in.
     backend : {"local", "ray"}
@@ -134,6 +137,7 @@ class RunSettings:
     timeout: float | None = DEFAULT_TIMEOUT
     import_timeout: float | None = DEFAULT_IMPORT_TIMEOUT
     max_memory: int | None = None
+    max_device_memory: int | None = None
     jobs: int = 1
     backend: str = "local"
     address: str | None = None
@@ -173,6 +177,9 @@ class RunSettings:
                                  "(e.g. 0.005)")
             if self.shard is not None:
                 raise UsageError("--certify-tv looks at every block in order; it cannot be combined with --shard")
+        if self.max_device_memory is not None and not (_whole(self.max_device_memory) and self.max_device_memory >= 1):
+            raise UsageError(f"max_device_memory = {self.max_device_memory!r}; allowed: bytes >= 1 (an integer), or None: "
+                             "a share of the device's free memory")
         if self.jobs < 1:
             raise UsageError(f"jobs = {self.jobs}; allowed: >= 1")
         if self.backend not in BACKENDS:

@@ -25,6 +25,13 @@ never mix with the report). SIGINT and SIGTERM on the supervisor stop the run: t
 is killed and the run is interrupted with every scenario finished so far. The re-runs of SUSPECT
 scenarios run supervised too; Holm, power and diagnosis run here. POSIX only (fork); elsewhere
 :func:`execute_supervised` runs in this process (:func:`specaudit.engine.run.execute`).
+
+A CUDA context does not survive a fork (issue 33): where this process has initialised CUDA, or
+the run is on a CUDA device, the child starts by forkserver (a server that has imported specaudit
+forks it; spawn where there is none) and imports the target anew, from its import path or file,
+or by reference for a callable (:func:`start_method`; ``$SPECAUDIT_START_METHOD`` picks one for
+every run). A callable a fresh process cannot import (a lambda, a closure, a notebook's function)
+is then a UsageError naming the way out. Every guarantee above holds with either start method.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import importlib
 import itertools
 import multiprocessing as mp
 import os
+import pickle
 import re
 import signal
 import sys
@@ -46,7 +54,8 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing import forkserver, reduction, resource_tracker, spawn
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,6 +63,7 @@ from specaudit import adapters
 from specaudit.checks.statistical import Measured
 from specaudit.contract import guard
 from specaudit.engine import frames, stops
+from specaudit.engine.device import cuda_initialised, device_run
 from specaudit.engine.executors import DIED, Progress
 from specaudit.engine.run import (
     ScenarioLike,
@@ -68,7 +78,7 @@ from specaudit.engine.settings import RunSettings
 from specaudit.errors import ExitCode, SpecauditError, TargetLoadError, UsageError
 from specaudit.results import ErrorInfo, RunResult, ScenarioResult
 
-__all__ = ["execute_supervised", "supported"]
+__all__ = ["START_METHODS", "START_METHOD_VARIABLE", "execute_supervised", "start_method", "supported"]
 #: How often the supervisor looks at the child and the call clock, seconds.
 _POLL = 0.05
 #: The most of a faulthandler dump kept in an error's traceback, characters.
@@ -107,6 +117,114 @@ def _prepare_quietly(names: Sequence[str]) -> None:
 def supported() -> bool:
     """Return True where runs can be supervised (fork and process groups: POSIX)."""
     return "fork" in mp.get_all_start_methods() and hasattr(os, "setpgid")
+
+
+#: How a supervised child can be started: a fork of this process (cheapest; the default), or a fresh interpreter
+#: (forkserver: forked from a server that has imported specaudit; spawn: started from nothing) that imports the
+#: target anew. A CUDA context does not survive a fork (issue 33), so a process that has initialised CUDA, or a run
+#: on a CUDA device, starts its child by forkserver.
+START_METHODS = ("fork", "forkserver", "spawn")
+#: The environment variable that picks the start method for every supervised run (one of START_METHODS).
+START_METHOD_VARIABLE = "SPECAUDIT_START_METHOD"
+#: What the forkserver imports once, so that each child it forks starts with specaudit loaded.
+_PRELOAD = ["specaudit.engine.supervisor"]
+
+
+def start_method(settings: RunSettings) -> tuple[str, str]:
+    """Return how this run starts its supervised children, and why (``(method, reason)``).
+
+    ``$SPECAUDIT_START_METHOD`` when set; else forkserver (spawn where there is none) when this
+    process has initialised CUDA or the run asks for a CUDA device, else fork. Raises UsageError
+    for a value of the variable that is no start method of this platform.
+    """
+    forced = os.environ.get(START_METHOD_VARIABLE, "")
+    if forced:
+        allowed = [m for m in START_METHODS if m in mp.get_all_start_methods()]
+        if forced not in allowed:
+            raise UsageError(f"{START_METHOD_VARIABLE}={forced!r}; allowed: {', '.join(map(repr, allowed))} "
+                             "(how the supervised child is started)")
+        return forced, f"{START_METHOD_VARIABLE}={forced}"
+    if cuda_initialised():
+        reason = "this process has initialised CUDA, and a CUDA context does not survive a fork"
+    elif device_run(settings):
+        reason = "the run is on a CUDA device, and a CUDA context does not survive a fork"
+    else:
+        return "fork", "the default"
+    return ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"), reason
+
+
+def _not_reimportable(target: str | Callable[..., Any]) -> str | None:
+    """Return why a fresh process could not get ``target`` (a callable) by importing it, or None when it can.
+
+    A string is loaded in the child (module path or file); a function or class travels by
+    reference (module and qualified name); anything else (an instance, a partial) by value.
+    """
+    if isinstance(target, str):
+        return None
+    module = getattr(target, "__module__", None)
+    main = sys.modules.get("__main__")
+    if module == "__main__" and not getattr(main, "__file__", None):
+        return "it is defined in __main__ of an interactive session or a notebook, which a fresh process cannot import"
+    try:
+        pickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - pickle raises PicklingError, AttributeError, TypeError...
+        return f"it cannot be pickled ({type(exc).__name__}: {exc})"[:300]
+    return None
+
+
+class _Inherited:
+    """A file descriptor for the child: a fork inherits the number as is; spawn and forkserver pass it on."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        # only while multiprocessing starts the child (reduction.DupFd: the fd goes with it)
+        return _arrived, (reduction.DupFd(self.fd),)
+
+
+def _arrived(dup: Any) -> _Inherited:
+    """Return the descriptor a spawned or forkserver child received."""
+    return _Inherited(dup.detach())
+
+
+def _from_main(target: str | Callable[..., Any]) -> bool:
+    """Return True when ``target`` (or its class) is defined in the ``__main__`` module (a script's function)."""
+    return not isinstance(target, str) and "__main__" in (getattr(target, "__module__", None), type(target).__module__)
+
+
+@contextlib.contextmanager
+def _main_left_out() -> Iterator[None]:
+    """Start a spawn or forkserver child without re-running the ``__main__`` module in it.
+
+    multiprocessing runs the parent's main script (or ``-m`` module) again in every child it
+    starts afresh; a script that calls ``specaudit.run`` outside ``if __name__ == "__main__"``
+    would call it again there, and any script's imports would be paid again. The child needs it
+    only for a target defined there (:func:`_from_main`); for the rest it is left out.
+    """
+    prepared = spawn.get_preparation_data
+
+    def without_main(name: str) -> dict[str, Any]:
+        data = prepared(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    spawn.get_preparation_data = without_main  # read by popen_spawn_posix and popen_forkserver while they start it
+    try:
+        yield
+    finally:
+        spawn.get_preparation_data = prepared
+
+
+def _helper_pids() -> tuple[int | None, int | None]:
+    """Return the pids of this process's forkserver and resource tracker (None: not running)."""
+    return (getattr(forkserver._forkserver, "_forkserver_pid", None),
+            getattr(resource_tracker._resource_tracker, "_pid", None))
+
+
+def _no_progress(name: str, done: int, total: int) -> None:
+    """Stand in, in a child started afresh, for the supervisor's progress callback (the child only asks if it has one)."""
 
 
 #: The largest message a child sends, bytes (a result, or a look's Measured with its chains and sparse counts).
@@ -301,6 +419,20 @@ class _Supervisor:
         self.settings = settings
         self.progress = progress
         self.stop_level = settings.stop_level(len(loaded))
+        self.method, why = start_method(settings)
+        self.context: Any = mp.get_context(self.method)
+        if self.method != "fork":
+            unfit = _not_reimportable(target)
+            if unfit is not None:
+                raise UsageError(f"the target {target!r} cannot be re-imported in the supervised child: {unfit}. The "
+                                 f"child starts by {self.method} ({why}); give the target as an import path "
+                                 "('package.module:verify' or 'file.py:verify'), or run it in this process with "
+                                 "supervised=False")
+            if self.method == "forkserver":
+                self.context.set_forkserver_preload(_PRELOAD)
+        # the helpers multiprocessing starts for spawn and forkserver (the forkserver, the resource tracker) are
+        # stopped when the run closes, if it started them: a run leaves no process behind
+        self._helpers = (self.method != "fork" and _helper_pids() == (None, None))
         self.board = guard.Board(1 + settings.jobs)
         self.errfile = tempfile.TemporaryFile()  # no name on disk: nothing is left behind
         self.label: str | None = None
@@ -318,9 +450,27 @@ class _Supervisor:
         self._warming: threading.Thread | None = None  # imports _JUDGING (+ _FINISHING) while the first child measures
 
     def close(self) -> None:
-        """Release the faulthandler file."""
+        """Release the faulthandler file, and stop the forkserver this run started."""
         self.settle()
         self.errfile.close()
+        if self._helpers:
+            helpers: list[Any] = [forkserver._forkserver, resource_tracker._resource_tracker]  # the server holds the tracker's fd
+            for helper in helpers:
+                with contextlib.suppress(Exception):  # a private method of multiprocessing's (its own tests stop them so)
+                    helper._stop()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Return what a child started by spawn or forkserver gets of this object (what ``_child`` reads)."""
+        state = dict(self.__dict__)
+        state["errfile"] = _Inherited(self.errfile.fileno())
+        state["progress"] = None if self.progress is None else _no_progress
+        state["_warming"] = state["_sent"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Take the state of :meth:`__getstate__` in the child (the faulthandler file as the child's descriptor)."""
+        self.__dict__.update(state)
+        self.errfile = os.fdopen(state["errfile"].fd, "r+b")
 
     def _warm(self) -> None:
         """Start importing what judging and finishing need (power and diagnosis with power figures), once, in a thread."""
@@ -337,17 +487,22 @@ class _Supervisor:
 
     # --- the child ---------------------------------------------------------------------------
 
-    def _child(self, out: frames.Writer, answers: frames.Reader, answered: Any, theirs: tuple[int, int],
+    def _started(self, out: _Inherited, key: bytes, sent: Any, hear: _Inherited, told: bytes, answered: Any,
+                 theirs: tuple[int, ...], jobs: list[_Job]) -> None:
+        """In the child, however it was started: frame its two pipes and run :meth:`_child`."""
+        self._child(frames.Writer(out.fd, key, sent), frames.Reader(hear.fd, told, _MAX_MESSAGE), answered, theirs, jobs)
+
+    def _child(self, out: frames.Writer, answers: frames.Reader, answered: Any, theirs: tuple[int, ...],
                jobs: list[_Job]) -> None:
         """Load and bind the target, measure ``jobs`` and send each result as a frame through ``out``; never returns.
 
         ``theirs`` are the supervisor's ends of the two pipes (the results' read end, the answers'
-        write end): closed here first, so the verifier can neither write into the answers nor
-        read the results.
+        write end), which a forked child inherits: closed here first, so the verifier can neither
+        write into the answers nor read the results (a child started afresh never had them).
         """
         me = os.getpid()
-        os.close(theirs[0])
-        os.close(theirs[1])
+        for fd in theirs:
+            os.close(fd)
 
         def send(message: tuple) -> None:
             if os.getpid() != me:  # a copy the verifier forked must not speak for the run
@@ -389,7 +544,7 @@ class _Supervisor:
             faulthandler.register(signal.SIGUSR1, file=self.errfile, all_threads=False)
             guard.watch(self.board, 0)
             torch = sys.modules.get("torch")
-            if torch is not None:  # torch's intra-op thread pool does not survive fork: run its ops inline here
+            if torch is not None and self.method == "fork":  # torch's intra-op thread pool does not survive fork: run its ops inline here
                 torch.set_num_threads(1)
             try:
                 label, binding = bind_target(self.target, self.loaded, self.settings)
@@ -558,15 +713,15 @@ class _Supervisor:
                    ) -> tuple[list[_Job], ErrorInfo] | None:
         """Run one child on ``jobs``, every result it sends to ``on_result``; return None when it finished, else the
         scenarios it may have died on (one when the board or the run tells) and their ERROR."""
-        ctx = mp.get_context("fork")
+        ctx = self.context
         mine, out = os.pipe()  # the child's framed messages (frames.Reader)
         key = frames.new_key()  # this child's: a frame the verifier lays out without it is refused
         sent, answered = ctx.RawValue("q", 0), ctx.RawValue("q", 0)  # frames the child wrote; answers this process sent
         hear, answer = os.pipe()  # the judge's decisions, back to the child, framed the same way
         told = frames.new_key()  # the answers' own key: a frame of the child's is no answer
-        answers = frames.Reader(hear, told, _MAX_MESSAGE)
-        child = ctx.Process(target=self._child, args=(frames.Writer(out, key, sent), answers, answered, (mine, answer), jobs),
-                            daemon=False)
+        theirs = (mine, answer) if self.method == "fork" else ()  # a child started afresh gets only the fds passed on
+        child = ctx.Process(target=self._started, args=(_Inherited(out), key, sent, _Inherited(hear), told, answered,
+                                                        theirs, jobs), daemon=False)
         reply = frames.Writer(answer, told, answered)
         os.set_blocking(answer, False)  # a pipe the verifier fills (through /proc) must not stall this process
         for slot in range(len(self.board.stamps)):  # a killed child's calls left their start times
@@ -583,8 +738,17 @@ class _Supervisor:
         again = self.label is not None  # an earlier child bound it: a load error now is this run's, not the user's input
         killed: tuple[str, str] | None = None
         finished = False
-        with stops.held():  # a stop (the verifier's first call may send it) waits until the child can be ended
-            child.start()
+        try:
+            with stops.held():  # a stop (the verifier's first call may send it) waits until the child can be ended
+                with contextlib.nullcontext() if self.method == "fork" or _from_main(self.target) else _main_left_out():
+                    child.start()
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:  # spawn, forkserver: what the child gets is pickled
+            for fd in (mine, out, hear, answer):
+                os.close(fd)
+            raise UsageError(f"the run cannot be handed to a child started by {self.method}: {type(exc).__name__}: "
+                             f"{str(exc)[:300]} (the target, the scenarios and the settings are pickled for it); pass "
+                             "picklable ones (a dict for adapter_options, scenarios by name or file), or run it in "
+                             "this process with supervised=False") from exc
         try:
             self._loading_since = self._heard = time.monotonic()
             os.close(out)

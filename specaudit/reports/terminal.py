@@ -202,6 +202,16 @@ def certificate_line(s: ScenarioResult, certify: bool = False) -> Text | None:
     return line
 
 
+def device_line(s: ScenarioResult) -> Text | None:
+    """Return how a scenario simulated on a device was batched ("on cuda: 27.4 rows per verifier call ..."), or None."""
+    device, rows = s.info.get("device"), s.info.get("rows_per_call")
+    if not isinstance(device, str) or not isinstance(rows, (int, float)):
+        return None
+    budget = s.info.get("device_budget")
+    sized = f" (batch sized from {budget / (1 << 30):.2f} GiB)" if isinstance(budget, (int, float)) else ""
+    return Text.assemble((f"{s.name}: ", "bold"), f"on {device}: {rows:g} rows per verifier call{sized}")
+
+
 def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     """Print the run: table (unless quiet), failure details, and the final line."""
     result = fmt.shown(result)  # every string a verifier, a user or a results file wrote: control characters escaped
@@ -213,6 +223,8 @@ def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
         for line in filter(None, (certificate_line(s, certify) for s in result.scenarios)):
             console.print(line)
     if verbosity >= 0:
+        for line in filter(None, (device_line(s) for s in result.scenarios)):
+            console.print(line)
         for s in result.scenarios:
             if s.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) or verbosity > 0:
                 _details(console, s)

@@ -44,10 +44,35 @@ from specaudit.contract.chain import validate_output
 from specaudit.contract.tensors import TensorCall
 from specaudit.errors import UsageError
 from specaudit.simulate.chain import Plan
-from specaudit.simulate.tables import GARBAGE_POOL, TABLE_ENTRIES, rows_within
+from specaudit.simulate.tables import CALL_BYTES, GARBAGE_POOL, TABLE_ENTRIES, rows_within
 from specaudit.simulate.tallies import EXAMPLES, GreedyMatch, JointCounts, RoundStats, Sink
 
-__all__ = ["DeviceChain", "DevicePath", "device_chain", "device_form", "mix64", "simulate"]
+__all__ = ["DEVICE_SHARE", "DeviceChain", "DevicePath", "batch_budget", "device_chain", "device_form", "mix64", "simulate"]
+
+#: The share of a CUDA device's free memory (``torch.cuda.mem_get_info``) a batch may use without
+#: ``--max-device-memory``: the rest stays the verifier's and the caching allocator's (issue 33).
+DEVICE_SHARE = 0.8
+
+
+def batch_budget(device: str, max_memory: int, max_device_memory: int | None = None) -> int:
+    """Return the bytes a batch may use on ``device``.
+
+    On a CUDA device: ``max_device_memory`` (``--max-device-memory``), at most its free memory
+    now (more cannot be had), else :data:`DEVICE_SHARE` of that rounded down to 2 or 3 times a
+    power of two: the batch width decides which random numbers each row gets, so a width that
+    followed every MiB of free memory would make a seed's run unrepeatable; rounded so (at most
+    1.5x below), it stays the same while the free memory stays on one step (96 to 128 GiB of
+    budget, say). Elsewhere (the CPU) the batch is in host memory: ``max_memory`` (``--max-memory``).
+    """
+    where = torch.device(device)
+    if where.type != "cuda":
+        return int(max_memory)
+    free, _total = torch.cuda.mem_get_info(where)
+    if max_device_memory is not None:
+        return min(int(free), int(max_device_memory))
+    share = max(1, int(free * DEVICE_SHARE))
+    low = max(0, share.bit_length() - 2)  # keep the two leading bits: 2 or 3 times a power of two
+    return share >> low << low
 
 
 def _signed(value: int) -> int:
@@ -326,6 +351,8 @@ def simulate(
 ) -> RoundStats:
     """Generate ``plan.samples`` sequences through ``call`` on its device; return the round tallies.
 
+    ``max_memory``: the bytes the batch may use there (:func:`batch_budget`).
+
     The device twin of :func:`specaudit.simulate.chain.simulate` (same continuous batching,
     padding and bookkeeping): ``seed`` seeds the device generator that draws drafts, draft
     counts and padding; ``verifier_rng`` is handed to the verifier. Raises ContractError on the
@@ -363,7 +390,9 @@ def _loop(call: TensorCall, target: DeviceChain, draft: DeviceChain, plan: Plan,
     # most the tokens its sequence still needs, and a call is as wide as its longest draft (K')
     lean = isinstance(target, _Zipf) or isinstance(draft, _Zipf)
     kmax = min(k, length - 1) if lean else k
-    width = max(1, min(plan.batch, plan.samples, rows_within(max_memory, vocab, kmax, target.rows.element_size())))
+    on_host = torch.device(device).type != "cuda"  # a device's buffers are allocated once: no per-call page faults
+    width = max(1, min(plan.batch, plan.samples, rows_within(max_memory, vocab, kmax, target.rows.element_size(),
+                                                             CALL_BYTES if on_host else None)))
     s_t, s_d = target.start_states(width), draft.start_states(width)
     pos, rounds, tokens = ints(width), ints(width), ints(width)
     buf = torch.zeros((width, length + k + 1), dtype=torch.int64, device=device)  # slack: a whole out row fits
@@ -469,8 +498,10 @@ class DevicePath:
     first block, so forked workers make their own (a CUDA context does not survive a fork).
     """
 
-    def __init__(self, call: TensorCall, target: Any, draft: Any):
+    def __init__(self, call: TensorCall, target: Any, draft: Any, max_device_memory: int | None = None):
         self.call, self.device, self.dtype = call, call.device, call.dtype
+        self.max_device_memory = max_device_memory
+        self.budget: int | None = None  # the bytes the last block's batch was sized from (batch_budget)
         self._host = (target, draft)
         for chain in self._host:  # refuse a chain without a device form before anything runs
             if device_form(chain) is None:
@@ -493,4 +524,5 @@ class DevicePath:
                  sinks: Sequence[Sink], progress: Callable[[int, int], None] | None, max_memory: int) -> RoundStats:
         """Simulate one block (:func:`simulate`) on this path's device."""
         target, draft = self.chains()
-        return simulate(self.call, target, draft, plan, seed, verifier_rng, sinks, progress, max_memory=max_memory)
+        self.budget = batch_budget(self.device, max_memory, self.max_device_memory)
+        return simulate(self.call, target, draft, plan, seed, verifier_rng, sinks, progress, max_memory=self.budget)

@@ -182,10 +182,12 @@ def warm(target: Any, draft: Any, k: int) -> None:
         kernels.load()
 
 
-def rows_within(max_memory: int, vocab: int, k: int, itemsize: int = 8) -> int:
-    """Return how many batch rows of K = ``k`` fit the working-set budget ``max_memory`` and :data:`CALL_BYTES` (at least 1).
+def rows_within(max_memory: int, vocab: int, k: int, itemsize: int = 8, per_call: int | None = CALL_BYTES) -> int:
+    """Return how many batch rows of K = ``k`` fit the working-set budget ``max_memory`` and ``per_call`` (at least 1).
 
     A row holds (2k + 1) V payload entries of ``itemsize`` bytes (float64: 8, float32: 4).
+    ``per_call`` (:data:`CALL_BYTES`) bounds the payload of one call in host memory (fresh pages
+    to fault); None on a device, whose memory is allocated once and reused.
     """
     row = itemsize * vocab * (2 * k + 1)
-    return max(1, min(int(max_memory) // (_ITEMS_PER_ENTRY * row), CALL_BYTES // row))
+    return max(1, min(int(max_memory) // (_ITEMS_PER_ENTRY * row), (per_call or 1 << 62) // row))

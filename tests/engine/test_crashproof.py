@@ -24,6 +24,7 @@ def _cli(*args, timeout=120):
     )
 
 
+@pytest.mark.usefixtures("start_method")
 def test_hanging_verifier_is_stopped_by_timeout_and_the_run_goes_on(verifiers_dir, tmp_path):
     # a pure-Python spin on V = 8; subprocess timeout only guards the suite if the alarm never fires
     out = tmp_path / "r.json"
@@ -43,6 +44,7 @@ def test_hanging_verifier_is_stopped_by_timeout_and_the_run_goes_on(verifiers_di
         assert by_name[name]["error"] is None and all(c["status"] == "passed" for c in decided["checks"])
 
 
+@pytest.mark.usefixtures("start_method")
 def test_timeout_swallowed_by_the_verifier_still_stops_it(verifiers_dir):
     result = specaudit.run(
         f"{verifiers_dir / 'exact_broken.py'}:swallows_timeout", ["peaked-v8", "markov-v4"], samples=500, timeout=0.5,
@@ -53,6 +55,7 @@ def test_timeout_swallowed_by_the_verifier_still_stops_it(verifiers_dir):
     assert second.status is Status.PASSED
 
 
+@pytest.mark.usefixtures("start_method")
 def test_hang_in_the_exact_probes_is_an_error_that_keeps_earlier_checks(verifiers_dir):
     result = specaudit.run(f"{verifiers_dir / 'exact_broken.py'}:hangs", ["corners"], timeout=0.5, diagnose=False)
     (s,) = result.scenarios
@@ -95,6 +98,7 @@ def test_guarded_turns_exceptions_into_crashes_with_the_users_frame():
     assert "in bad" in info.value.user_traceback
 
 
+@pytest.mark.usefixtures("start_method")
 def test_raising_verifier_errors_each_scenario_including_corners(verifiers_dir):
     result = specaudit.run(f"{verifiers_dir / 'broken.py'}:raises", ["corners", "seed-context-free"], samples=500, diagnose=False)
     assert result.exit_code() == ExitCode.CHECKS_FAILED and len(result.scenarios) == 2
@@ -118,6 +122,7 @@ def test_timeout_is_validated():
         specaudit.run("specaudit.verifiers.reference:verify", ["corners"], timeout=-1)
 
 
+@pytest.mark.usefixtures("start_method")
 def test_ctrl_c_exits_2_and_keeps_what_was_measured(verifiers_dir, tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.Popen(

@@ -67,6 +67,7 @@ def test_a_real_sigint_is_the_users_and_goes_through(timeout):
         assert not user_interrupted()
 
 
+@pytest.mark.usefixtures("start_method")
 def test_the_api_run_contains_sys_exit_and_goes_on():
     result = specaudit.run(f"{CALLS}:exit0", ["markov-v4", "peaked-v8"], samples=1000, diagnose=False, power=False)
     first, second = result.scenarios

@@ -208,6 +208,7 @@ def test_consecutive_scenarios_share_a_pool_within_the_memory_budget(needs, toge
     assert pools(needs, together, budget=100) == groups
 
 
+@pytest.mark.usefixtures("start_method")
 def test_an_oserror_the_verifiers_signal_handler_raises_while_the_child_awaits_an_answer_is_the_verifiers(tmp_path):
     # TimeoutError is an OSError: raised by a handler of the verifier's while the child read the answer to a look,
     # it was taken for a pipe the verifier had cut ("the child could not hear the supervisor"), not for its own error
