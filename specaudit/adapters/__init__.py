@@ -40,6 +40,7 @@ BUILTIN.register("hf", "specaudit.adapters.hf:ADAPTER")
 BUILTIN.register("vllm", "specaudit.adapters.vllm:ADAPTER")
 BUILTIN.register("flashinfer", "specaudit.adapters.flashinfer:ADAPTER")
 BUILTIN.register("sglang_tree", "specaudit.adapters.sglang_tree:ADAPTER")  # the tree contract
+BUILTIN.register("sglang_chain", "specaudit.adapters.sglang_chain:ADAPTER")  # its Triton chain kernel
 BUILTIN.register("per-row", "specaudit.adapters.per_row:ADAPTER")  # batch-1 targets, row by row
 
 _TRUE = {"1", "true", "yes", "on"}

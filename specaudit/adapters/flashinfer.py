@@ -22,6 +22,14 @@ with target probability 0 and draft probability 1, and every position from ``num
 proposes it. Its acceptance test ``u * 1 < 0`` always fails, so the row stops exactly at
 ``num_draft[b]``, where the residual ``max(p - onehot(V), 0)`` is ``p[b, num_draft[b]]`` — the
 canonical bonus law. A target that emits the phantom id is caught by the vocab-range clause.
+
+Randomness. A target with ``seed`` and ``offset`` parameters (flashinfer-python 0.7.4
+``flashinfer/sampling.py``: an int, or int64 tensors with one value per output row, feeding the
+kernel's Philox stream) gets per-row tensors drawn from the harness rng (``seeds=per-row``, the
+default there): every row a fresh seed and offset each call, so a run is reproducible from its seed
+and no two rows or calls share a stream. Otherwise (``seeds=generator``) it gets a
+``torch.Generator`` seeded from the rng. The kernel draws its uniforms on the device, so the
+adversarial-uniforms probe cannot reach them (it says "not applicable": the draws were seeds).
 """
 
 from __future__ import annotations
@@ -58,7 +66,8 @@ def padded(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarra
 
 
 def build(
-    target: Callable[..., Any], device: str = "cpu", dtype: str = "float32", deterministic: bool = True
+    target: Callable[..., Any], device: str = "cpu", dtype: str = "float32", deterministic: bool = True,
+    seeds: str = "auto",
 ) -> Callable[..., Any]:
     """Return the canonical verifier that calls a target in FlashInfer's chain layout."""
     import torch
@@ -69,8 +78,11 @@ def build(
     fdt = torch_dtype(dtype)
     try:
         takes_uniforms = "uniform_samples" in inspect.signature(target).parameters
+        per_row = {"seed", "offset"} <= set(inspect.signature(target).parameters)
     except (TypeError, ValueError):
-        takes_uniforms = False
+        takes_uniforms = per_row = False
+    if seeds != "auto":
+        per_row = seeds == "per-row"
 
     def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
         batch, k = draft.shape
@@ -89,6 +101,10 @@ def build(
             if uniforms is not None:  # takes_uniforms
                 u = to_torch(uniforms, device, torch.float32)
                 result = target(dp, ids, u, tp, accepted, emitted, deterministic)
+            elif per_row:
+                row_seed = to_torch(rng.integers(0, np.iinfo(np.int64).max, size=batch, dtype=np.int64), device)
+                row_offset = to_torch(rng.integers(0, 1 << 40, size=batch, dtype=np.int64), device)
+                result = target(dp, ids, tp, accepted, emitted, deterministic, seed=row_seed, offset=row_offset)
             else:
                 generator = torch.Generator(device=device).manual_seed(seed)
                 result = target(dp, ids, tp, accepted, emitted, deterministic, generator=generator)
@@ -140,6 +156,9 @@ ADAPTER = Adapter(
         DEVICE,
         Option("dtype", str, "float32", DTYPE.help, DTYPE.choices),
         Option("deterministic", parse_bool, True, "passed through to the kernel"),
+        Option("seeds", str, "auto", "per-row: int64 seed/offset tensors [B] drawn from the run's rng; generator: a "
+               "torch.Generator seeded from it; auto: per-row when the target has seed and offset parameters",
+               ("auto", "per-row", "generator")),
     ),
     requires=("torch",),
     extra="torch",

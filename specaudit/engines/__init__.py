@@ -27,6 +27,8 @@ __all__ = ["ENGINES", "Engine", "EngineError", "Layout", "describe", "layout_of"
 #: The engines specaudit drives by release (``NAME@VERSION``), in listing order.
 ENGINES: Registry[Engine] = Registry("engine", TargetLoadError)
 ENGINES.register("hf-transformers", Lazy("specaudit.engines.hf:ENGINE"))
+ENGINES.register("sglang", Lazy("specaudit.engines.sglang:ENGINE"))
+ENGINES.register("flashinfer", Lazy("specaudit.engines.flashinfer:ENGINE"))
 
 #: The separator of ``ENGINE@VERSION``.
 AT = "@"

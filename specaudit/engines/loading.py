@@ -13,6 +13,11 @@ Two ways, as the release's layout says:
   of the installed one already imported in this process is unloaded first (two releases never
   meet in one interpreter). Triton kernels run in Triton's interpreter on a machine without a
   CUDA device (``TRITON_INTERPRET=1``, which must be set before triton is first imported).
+
+A layout whose verifier is a CUDA kernel (``Layout.cuda_only``: a JIT-built or compiled op) is
+fetched all the same (its wheel must still hold the file: a moved verifier is told apart from one
+that needs CUDA), and then refused on a machine without a CUDA device, with the reason; on a CUDA
+machine its target is imported from the installed release, which must be that version.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable
@@ -58,6 +64,8 @@ def record(engine: Engine, version: str, layout: Layout, fetched: Fetched) -> di
     }
     if layout.triton and os.environ.get("TRITON_INTERPRET") == "1":
         out["engine_runtime"] = "Triton interpreter (TRITON_INTERPRET=1)"
+    elif layout.triton and not _has_cuda():  # as _triton_mode decides, in the process that loads the kernel
+        out["engine_runtime"] = "Triton interpreter (no CUDA device: specaudit sets TRITON_INTERPRET=1)"
     return out
 
 
@@ -67,6 +75,8 @@ def load(engine: Engine, version: str) -> Loaded:
     layout = engine.layout(version)
     assert layout is not None  # fetch checked it
     module_part, _, attr = layout.target.rpartition(":")
+    if layout.cuda_only:
+        return Loaded(_installed_cuda(engine, version, layout), engine, version, layout, fetched, False)
     if layout.prepare is None:
         return Loaded(_compile_function(engine, version, fetched.folder / module_part, attr), engine, version,
                       layout, fetched, False)
@@ -89,6 +99,29 @@ def load(engine: Engine, version: str) -> Loaded:
         raise EngineError(f"{engine.name}@{version}: {module_part} has no function {attr!r}: the release changed "
                           f"the layout specaudit knows for {layout.versions}")
     return Loaded(fn, engine, version, layout, fetched, interpreted)
+
+
+def _installed_cuda(engine: Engine, version: str, layout: Layout) -> Callable[..., Any]:
+    """Return a CUDA-only layout's target from the installed release (refused without CUDA or at another version)."""
+    if not _has_cuda():
+        raise EngineError(f"{engine.name}@{version}: not drivable on this machine (no CUDA device): {layout.cuda_only}")
+    try:
+        installed = importlib.metadata.version(engine.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed != version:
+        raise EngineError(f"{engine.name}@{version}: its CUDA kernel is driven from the installed release; "
+                          f"{engine.distribution} {installed or 'is not installed'}"
+                          f"{' is installed' if installed else ''}: pip install {engine.distribution}=={version}")
+    module_part, _, attr = layout.target.rpartition(":")
+    try:
+        fn = getattr(importlib.import_module(module_part), attr)
+    except Exception as exc:  # noqa: BLE001 - the installed engine's own import raised
+        raise EngineError(f"{engine.name}@{version}: importing {layout.target} from the installed release raised "
+                          f"{type(exc).__name__}: {exc}") from None
+    if not callable(fn):
+        raise EngineError(f"{engine.name}@{version}: {layout.target} is not a function")
+    return fn
 
 
 def _triton_mode(engine: Engine, version: str) -> bool:

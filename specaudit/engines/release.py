@@ -35,6 +35,9 @@ class Layout:
     triton: bool = False  # Triton kernels: run in Triton's interpreter on a machine without a GPU
     optional: tuple[str, ...] = ()  # files taken when the release has them (none of them needed)
     note: str = ""  # what is known of these releases (one line, shown by `specaudit engines`)
+    #: why the verifier runs only on a CUDA device (empty: it runs here). Such a layout is never laid out
+    #: from the wheel: on a CUDA machine ``target`` is imported from the installed release of that version
+    cuda_only: str = ""
 
     def covers(self, version: str) -> bool:
         return SpecifierSet(self.versions).contains(Version(version), prereleases=True)

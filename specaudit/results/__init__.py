@@ -290,7 +290,7 @@ def engine_label(environment: Mapping[str, Any]) -> str | None:
     if not name:
         return None
     label = f"{name} {environment.get('engine_version', '?')}"
-    source = environment.get("engine_source")
+    source = ", ".join(str(environment[k]) for k in ("engine_source", "engine_runtime") if environment.get(k))
     return f"{label} ({source})" if source else label
 
 

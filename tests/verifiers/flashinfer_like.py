@@ -2,12 +2,13 @@
 
 Fixed n per batch, output int32 [B, n+1] padded with -1, counters ``accepted`` (each draft's
 own test, counted independently) and ``emitted`` (the accepted prefix) added to in place; draws
-from ``generator`` (``uniform_samples`` in the old API). ``chain_speculative_sampling`` is
+from per-row ``seed``/``offset`` tensors or ``generator`` (``uniform_samples`` in the old API). ``chain_speculative_sampling`` is
 correct; the others carry one bug each.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -56,9 +57,14 @@ def _chain(draft_probs, draft_token_ids, uniform, target_probs, acc, emi, *, str
 def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe_output_accepted_token_num=None,
                                maybe_output_emitted_draft_token_num=None, deterministic=True, generator=None,
                                seed=None, offset=None):
-    """Correct, current API (generator)."""
+    """Correct, current API: per-row ``seed``/``offset`` tensors when given (as flashinfer-python 0.7.4), else ``generator``."""
     batch, n, _ = draft_probs.shape
-    u = torch.rand((batch, n + 1), generator=generator, dtype=torch.float32)
+    if seed is not None and offset is not None:  # one Philox stream per row from its seed and offset, as the kernel
+        rows = [np.random.Generator(np.random.Philox(key=int(s), counter=int(o))).random(n + 1, dtype=np.float32)
+                for s, o in zip(seed.tolist(), offset.tolist())]
+        u = torch.from_numpy(np.stack(rows) if rows else np.zeros((0, n + 1), np.float32))
+    else:
+        u = torch.rand((batch, n + 1), generator=generator, dtype=torch.float32)
     acc = maybe_output_accepted_token_num if maybe_output_accepted_token_num is not None else torch.zeros(batch, dtype=torch.int32)
     emi = maybe_output_emitted_draft_token_num if maybe_output_emitted_draft_token_num is not None else torch.zeros(batch, dtype=torch.int32)
     return _chain(draft_probs, draft_token_ids, u, target_probs, acc, emi)
