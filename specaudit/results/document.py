@@ -191,6 +191,7 @@ _CHECK_DATA: dict[str, Any] = {
     "top_cells?": [{"cell": ["integer"], "observed": "number", "expected": "number", "residual": "number"}],
 }
 _INFO: dict[str, Any] = {
+    "reference": "string?",
     "diagnosis?": {
         "best?": {"mutant": "string", "description": "string", "similarity": "number", "mirrors": "string"},
         "candidates?": [{"mutant": "string", "description": "string", "similarity": "number"}],

@@ -164,6 +164,12 @@ def _some_allowed(tokens: list[int]) -> list[int]:
     return tokens
 
 
+def _known_convention(name: str) -> str:
+    if name not in processing.CONVENTIONS:
+        raise ValueError(f"{processing.CONVENTIONS.unknown(name)} (the engine whose sampler is the reference)")
+    return name
+
+
 def _adapter_name(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
@@ -461,6 +467,9 @@ class Scenario(Spec):
     mix: Annotated[list[MixClass] | None, Rule(
         description="a batch mix of request classes (weights summing to 1), each with its own target and drafter "
         "sampling; every request draws its class; target and draft must be kind logits")] = None
+    convention: Annotated[Annotated[str, Check(_known_convention)] | None, Rule(
+        description="the engine whose non-speculative sampler is the reference: the order of top-k, top-p and min-p "
+        "(specaudit.chains.processing.CONVENTIONS: hf, vllm, sglang; omitted: hf); --convention overrides it")] = None
     mode: Annotated[Literal["sample", "greedy", "exact"], Rule(
         description="sample: statistical checks of the sampled law; greedy: temperature 0, every sequence must "
         "equal greedy decoding of the target (argmax, ties to the first index); exact: the exact probes of "
@@ -644,6 +653,16 @@ class Scenario(Spec):
         return law
 
     @property
+    def reference(self) -> str:
+        """Return the name of the sampling convention the reference laws follow (``convention``, else hf)."""
+        return self.convention or processing.DEFAULT_CONVENTION
+
+    @property
+    def processed(self) -> bool:
+        """Return True when a chain is raw logits processed by sampling parameters (the convention shapes its law)."""
+        return isinstance(self.target, Logits) or isinstance(self.draft, (Logits, SameLogitsAsTarget))
+
+    @property
     def lazy(self) -> bool:
         """Return True when a chain is generated on demand (no tables: per-prefix and PIT checks)."""
         return isinstance(self.target, Zipf) or isinstance(self.draft, Zipf)
@@ -701,13 +720,16 @@ class Scenario(Spec):
         except UsageError as exc:
             raise UsageError(f"scenario {self.name!r}: draft: {exc}") from None
         depth = self._history_depth()
+        convention = self.reference
+        if convention != processing.DEFAULT_CONVENTION:  # the engine's filter order: every processed law follows it
+            target, draft = logits_mod.with_convention(target, convention), logits_mod.with_convention(draft, convention)
         if self.mix is not None:
             assert isinstance(target, logits_mod.LogitsChain) and isinstance(draft, logits_mod.LogitsChain)  # validated
             t: list[TabularChain] = []
             d: list[TabularChain] = []
             for i, c in enumerate(self.mix):
-                for role, chain, params, out in (("target", target, c.target.params(), t),
-                                                 ("draft", draft, c.draft_params(), d)):
+                for role, chain, params, out in (("target", target, c.target.params().replace(convention=convention), t),
+                                                 ("draft", draft, c.draft_params().replace(convention=convention), d)):
                     try:
                         out.append(serving_chains.with_params(chain, params, depth))
                     except UsageError as exc:
@@ -745,6 +767,8 @@ class Scenario(Spec):
             del body["algorithm"], body["tree"]
         if body.get("mode") == "sample":  # hashes from before the greedy and exact modes hold
             del body["mode"]
+        if body.get("convention") in (None, processing.DEFAULT_CONVENTION):  # hashes from before conventions hold
+            del body["convention"]
         _drop_unset(body)  # hashes from before the serving keys (penalties, bias, mask, mix) hold
         for role in ("target", "draft"):
             spec = getattr(self, role)
