@@ -190,9 +190,10 @@ def main() -> None:
               help="Sequences per scenario, 1 .. 1e9, e.g. 2e5 (overrides the scenarios).")
 @click.option("--method", type=click.Choice(["pearson", "g"]), default="pearson", show_default=True,
               help="Goodness-of-fit statistic.")
-@click.option("--contract", type=click.Choice(["probs", "logits"]), default="probs", show_default=True,
+@click.option("--contract", type=click.Choice(["probs", "logits", "draft-vocab"]), default="probs", show_default=True,
               help="How TARGET is called: verify(draft, q, p, num_draft, rng) on processed probabilities, or "
-                   "verify(draft, draft_logits, target_logits, num_draft, params, rng) on raw logits.")
+                   "verify(draft, draft_logits, target_logits, num_draft, params, rng) on raw logits, or "
+                   "verify(draft, q_draft, p, num_draft, d2t, rng) with q in the drafter's vocabulary (draft-vocab).")
 @click.option("--convention", default=None, metavar="NAME",
               help="The engine whose non-speculative sampler is the reference (order of top-k, top-p, min-p): hf, vllm "
                    "or sglang. Overrides the scenarios' convention (default: theirs, else hf).")

@@ -34,6 +34,7 @@ from specaudit.chains import logits as logits_mod
 from specaudit.chains import processing
 from specaudit.chains import serving as serving_chains
 from specaudit.chains import tabular as chains
+from specaudit.chains import vocab as vocab_chains
 from specaudit.chains.lazy import ZipfChain
 from specaudit.chains.tabular import TabularChain
 from specaudit.errors import UsageError, closest
@@ -467,6 +468,10 @@ class Scenario(Spec):
     mix: Annotated[list[MixClass] | None, Rule(
         description="a batch mix of request classes (weights summing to 1), each with its own target and drafter "
         "sampling; every request draws its class; target and draft must be kind logits")] = None
+    d2t: Annotated[list[Annotated[int, Rule(ge=0)]] | None, Rule(
+        description="a drafter with a vocabulary of its own: the target id of every draft id (its length is the draft "
+        "vocabulary, one-to-one into 0..vocab-1); the drafter's law is renormalised on these ids, and the draft-vocab "
+        "contract hands q in draft space with this map")] = None
     convention: Annotated[Annotated[str, Check(_known_convention)] | None, Rule(
         description="the engine whose non-speculative sampler is the reference: the order of top-k, top-p and min-p "
         "(specaudit.chains.processing.CONVENTIONS: hf, vllm, sglang; omitted: hf); --convention overrides it")] = None
@@ -486,6 +491,8 @@ class Scenario(Spec):
                 raise ValueError(f"drafts weights must be >= 0 and sum to 1 within {SUM_TOLERANCE:g}")
         for role in ("target", "draft"):
             self._check_chain_shape(role, getattr(self, role))
+        if self.d2t is not None:
+            self._check_map()
         self._check_algorithm()
         self._check_lazy()
         self._check_serving()
@@ -575,6 +582,21 @@ class Scenario(Spec):
                 f"{where}.allowed_tokens: {allowed} keeps only tokens whose logit is -.inf in row {int(dead[0])} of "
                 f"{name}.matrix{f' (and {dead.size - 1} more rows)' if dead.size > 1 else ''}, so that row has nothing "
                 "to sample; allowed: a mask that keeps a token of finite logit in every row")
+
+    def _check_map(self) -> None:
+        """Refuse a d2t that is not a one-to-one map into the target vocabulary, or one with what it cannot go with."""
+        assert self.d2t is not None
+        try:
+            vocab_chains.check_map(self.d2t, self.vocab)
+        except ValueError as exc:
+            raise ValueError(f"d2t: {exc}") from None
+        if self.mix is not None or self.algorithm == "tree" or self.lazy:
+            raise ValueError("d2t: a draft vocabulary goes with chain or block verification of tabular chains; "
+                             "allowed without d2t: mix, algorithm tree, kind zipf")
+
+    def draft_map(self) -> np.ndarray | None:
+        """Return the draft-to-target id map (None: the drafter speaks the target's vocabulary)."""
+        return None if self.d2t is None else np.asarray(self.d2t, dtype=np.int64)
 
     def _history_depth(self) -> int:
         """Return the longest history a verifier reads: L - 1 tokens generated, then k drafts."""
@@ -723,6 +745,11 @@ class Scenario(Spec):
         convention = self.reference
         if convention != processing.DEFAULT_CONVENTION:  # the engine's filter order: every processed law follows it
             target, draft = logits_mod.with_convention(target, convention), logits_mod.with_convention(draft, convention)
+        if self.d2t is not None:  # the drafter's own vocabulary: its law on the map's image (validated: no mix)
+            try:
+                draft = vocab_chains.restrict(draft, np.asarray(self.d2t, dtype=np.int64))
+            except UsageError as exc:
+                raise UsageError(f"scenario {self.name!r}: draft: {exc}") from None
         if self.mix is not None:
             assert isinstance(target, logits_mod.LogitsChain) and isinstance(draft, logits_mod.LogitsChain)  # validated
             t: list[TabularChain] = []
@@ -767,6 +794,8 @@ class Scenario(Spec):
             del body["algorithm"], body["tree"]
         if body.get("mode") == "sample":  # hashes from before the greedy and exact modes hold
             del body["mode"]
+        if body.get("d2t") is None:  # hashes from before draft vocabularies hold
+            body.pop("d2t", None)
         if body.get("convention") in (None, processing.DEFAULT_CONVENTION):  # hashes from before conventions hold
             del body["convention"]
         _drop_unset(body)  # hashes from before the serving keys (penalties, bias, mask, mix) hold
