@@ -286,8 +286,9 @@ class Greedy(Spec):
 
 @dataclass(frozen=True, kw_only=True)
 class Sampling(Spec):
-    """Sampling processing of one role: mask, bias, penalties -> temperature -> top-k -> top-p -> min-p
-    (specaudit.chains.processing). The serving keys (penalties, logit_bias, allowed_tokens) are off when omitted."""
+    """Sampling processing of one role: mask, bias, penalties -> temperature -> top-k, top-p, min-p in the order of
+    the scenario's convention (specaudit.chains.processing). The serving keys (penalties, logit_bias, allowed_tokens)
+    are off when omitted."""
 
     temperature: Annotated[float, Rule(ge=0.0, le=1e6, strict=False)] = 1.0
     top_k: Annotated[int, Rule(ge=0)] = 0
