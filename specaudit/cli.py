@@ -208,9 +208,13 @@ def main() -> None:
               help="Sequences per scenario, 1 .. 1e9, e.g. 2e5 (overrides the scenarios).")
 @click.option("--method", type=click.Choice(["pearson", "g"]), default="pearson", show_default=True,
               help="Goodness-of-fit statistic.")
-@click.option("--contract", type=click.Choice(["probs", "logits"]), default="probs", show_default=True,
+@click.option("--contract", type=click.Choice(["probs", "logits", "draft-vocab"]), default="probs", show_default=True,
               help="How TARGET is called: verify(draft, q, p, num_draft, rng) on processed probabilities, or "
-                   "verify(draft, draft_logits, target_logits, num_draft, params, rng) on raw logits.")
+                   "verify(draft, draft_logits, target_logits, num_draft, params, rng) on raw logits, or "
+                   "verify(draft, q_draft, p, num_draft, d2t, rng) with q in the drafter's vocabulary (draft-vocab).")
+@click.option("--convention", default=None, metavar="NAME",
+              help="The engine whose non-speculative sampler is the reference (order of top-k, top-p, min-p): hf, vllm "
+                   "or sglang. Overrides the scenarios' convention (default: theirs, else hf).")
 @click.option("--allow-inefficient", is_flag=True,
               help="Report tokens/step and accept-length failures without failing the run.")
 @click.option("--timeout", type=_Real(0.0, 7 * 86400.0, False, False, "60 or 0"), default=60.0, show_default=True, metavar="S",
@@ -454,6 +458,7 @@ def _run_settings(
     batch: int | None,
     import_timeout: float,
     contract: str,
+    convention: str | None,
     jobs: int,
     early_stop: bool,
     certify_tv: float | None,
@@ -475,7 +480,7 @@ def _run_settings(
     adapter_options = _adapter_options(adapter_args, device, dtype)
     return RunSettings(
         alpha=alpha, seed=seed, samples=samples, batch=batch, method=method, gate_efficiency=not allow_inefficient,
-        contract=contract, timeout=timeout or None, import_timeout=import_timeout or None, max_memory=_gib(max_memory),
+        contract=contract, convention=convention, timeout=timeout or None, import_timeout=import_timeout or None, max_memory=_gib(max_memory),
         max_device_memory=None if max_device_memory is None else _gib(max_device_memory, "--max-device-memory"), jobs=jobs, backend=backend,
         address=ray_address, suspect_level=suspect_level, power=not no_power, early_stop=early_stop,
         certify_tv=certify_tv, shard=parse_shard(shard), adapter=adapter, adapter_options=adapter_options,

@@ -62,6 +62,7 @@ from specaudit.simulate.chain import Plan, simulate
 from specaudit.simulate.tallies import JointCounts
 from specaudit.stats.power import VERIFY_REPS, detectable_tv
 from specaudit.verifiers.zoo import chain as chain_zoo
+from specaudit.verifiers.zoo import vocab as vocab_zoo
 
 __all__ = [
     "DEPENDENT",
@@ -75,6 +76,7 @@ __all__ = [
     "default_provider",
     "is_chain",
     "joint_cells",
+    "PLANNED_ZOOS",
     "mutant_entry",
     "mutant_joint_law",
     "mutant_law",
@@ -126,11 +128,17 @@ class MutantLaw:
     note: str = ""
 
 
+#: The zoos whose mutants have a joint law here: they take the canonical call, or q in draft space (its contract).
+PLANNED_ZOOS = ("chain", "draft-vocab")
+
+
 def mutant_entry(name: str) -> Any:
-    """Return the chain mutant ``name``; raise UsageError with the closest name otherwise."""
+    """Return the chain (or draft-vocabulary) mutant ``name``; raise UsageError with the chain zoo's closest name otherwise."""
     try:
         return chain_zoo.get(name)
     except KeyError as exc:
+        if name in vocab_zoo.MUTANTS:
+            return vocab_zoo.MUTANTS[name]
         raise UsageError(str(exc.args[0])) from None
 
 
@@ -263,7 +271,9 @@ def _simulated_counts(spec: Scenario, name: str, samples: int, seed: int) -> np.
     if spec.mode == "greedy" or not wants_joint(spec):  # a greedy run measures matches, not joint counts
         raise UsageError(f"scenario {spec.name}: no joint counts to estimate a law from")
     joint = _joint_counts(spec)
-    run_blocks(mutant_entry(name).func, dataclasses.replace(spec, samples=samples), simulation_seed(spec, name, seed), [joint])
+    entry = mutant_entry(name)
+    run_blocks(entry.func, dataclasses.replace(spec, samples=samples), simulation_seed(spec, name, seed), [joint],
+               contract=entry.contract)
     return joint.counts.copy()
 
 

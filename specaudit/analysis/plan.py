@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specaudit.analysis.mutant_laws import LAW_SAMPLES, cached_detectable_tv, mutant_entry, mutant_law
+from specaudit.analysis.mutant_laws import LAW_SAMPLES, PLANNED_ZOOS, cached_detectable_tv, mutant_entry, mutant_law
 from specaudit.errors import UsageError
 from specaudit.laws import chain as exact
 from specaudit.scenarios.schema import MAX_JOINT_CELLS, Scenario
@@ -76,10 +76,11 @@ def check_mutant(name: str) -> None:
         entry = zoo.get(name)
     except KeyError:
         entry = None
-    if entry is not None and entry.zoo != "chain":
+    if entry is not None and entry.zoo not in PLANNED_ZOOS:
         raise UsageError(
             f"--mutant: {name} is {_ZOOS.get(entry.zoo, f'a {entry.zoo} mutant')}: plan answers for chain "
-            f"mutants on probs-contract scenarios; allowed: {', '.join(zoo.chain.MUTANTS)}"
+            f"mutants on probs-contract scenarios and draft-vocabulary mutants; allowed: "
+            f"{', '.join([*zoo.chain.MUTANTS, *zoo.vocab.MUTANTS])}"
         )
     mutant_entry(name)  # unknown: the chain zoo's message, with the closest name
 

@@ -18,7 +18,7 @@ import numpy as np
 from specaudit.chains.processing import SamplingParams, process
 from specaudit.chains.tabular import TabularChain
 
-__all__ = ["LogitsChain", "logits_chain", "params_of"]
+__all__ = ["LogitsChain", "logits_chain", "params_of", "with_convention"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,3 +51,10 @@ def logits_chain(logits: np.ndarray, nxt: np.ndarray, start: int, params: Sampli
 def params_of(chain: TabularChain) -> SamplingParams:
     """Return the chain's sampling parameters (identity for a probability chain)."""
     return chain.params if isinstance(chain, LogitsChain) else SamplingParams()
+
+
+def with_convention(chain: TabularChain, convention: str) -> TabularChain:
+    """Return a logits ``chain`` processed in the order of ``convention`` (any other chain as it is)."""
+    if not isinstance(chain, LogitsChain) or chain.params.convention == convention:
+        return chain
+    return logits_chain(chain.logits, chain.nxt, chain.start, chain.params.replace(convention=convention))

@@ -36,9 +36,24 @@ Order and rules (documented, applied to each row of logits ``z``):
 4. **min-p** ``m`` (0 = off): keep tokens with probability ``>= m * max`` probability. Every
    earlier filter keeps the argmax, so the ratio to the max is the tempered softmax's.
 
-Steps 1-4 follow HF transformers' warpers (top-k, top-p, min-p in that order); vLLM v1 applies
-min-p before top-k / top-p (``Sampler.sample``), which differs only when min-p is combined with
-top-k or top-p in one request.
+Steps 1-4 are the ``hf`` convention. Engines order the filters differently, and "lossless" means
+"the same law as the engine's own non-speculative sampler", so the order is a named choice
+(:data:`CONVENTIONS`, ``SamplingParams.convention``; a scenario's ``convention`` key and
+``specaudit run --convention``). The three built in differ only when top-p is combined with
+top-k or min-p in one request (min-p and top-k are both thresholds on the tempered logits, so
+they commute; the top-p cut is what moves):
+
+- ``hf``: top-k -> renormalise -> top-p -> min-p (transformers 5.25
+  ``generation/logits_process.py``: ``TopKLogitsWarper``, ``TopPLogitsWarper``, ``MinPLogitsWarper``,
+  in the order ``GenerationMixin._get_logits_processor`` appends them);
+- ``vllm``: min-p -> top-k -> renormalise -> top-p (vLLM 0.33.0 ``vllm/v1/sample/sampler.py``
+  ``Sampler.sample`` applies the argmax-invariant logits processors, ``MinPLogitsProcessor`` of
+  ``vllm/v1/sample/logits_processor/builtin.py``, before ``vllm/v1/sample/ops/topk_topp_sampler.py``
+  ``apply_top_k_top_p``), so the top-p cut sees the min-p survivors renormalised;
+- ``sglang``: the top-p cut on the *original* (tempered) law, intersected with top-k and min-p,
+  renormalised once (SGLang 0.5.23 ``sglang/srt/layers/sampler.py``
+  ``top_k_top_p_min_p_sampling_from_probs_torch``: the cumulative sum is taken before the top-k
+  mask). SGLang PR #36173 fixed a speculative verifier that used the ``hf`` order without min-p.
 
 The result is renormalised after each filter. Everything is computed in float64 unless a
 dtype is asked for (the float32 path exists to model engines that process in float32).
@@ -47,17 +62,112 @@ dtype is asked for (the float32 path exists to model engines that process in flo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from specaudit.errors import UsageError
+from specaudit.registry import Registry
 
-__all__ = ["TOP_P_ROUNDING", "SamplingParams", "process", "process_rows", "softmax"]
+__all__ = ["CONVENTIONS", "DEFAULT_CONVENTION", "TOP_P_ROUNDING", "Convention", "SamplingParams", "process",
+           "process_rows", "softmax"]
 
 #: Absolute slack on top-p's cumulative mass comparison (float64 sums of a few terms).
 TOP_P_ROUNDING = 1e-12
+
+
+#: A filter order: tempered logits ``z`` [..., V] (max 0), top_k, top_p, min_p -> processed law.
+Filters = Callable[[np.ndarray, int, float, float], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One engine's order of the top-k, top-p and min-p filters (module docstring)."""
+
+    name: str
+    order: str  # the order, in words, for reports and messages
+    source: str  # the released engine file it follows
+    filters: Filters
+
+
+#: The built-in conventions, by name; ``hf`` (the order specaudit always used) is the default.
+CONVENTIONS: Registry[Convention] = Registry("sampling convention", UsageError)
+DEFAULT_CONVENTION = "hf"
+
+
+def _top_k_logits(z: np.ndarray, k: int) -> np.ndarray:
+    """Return ``z`` with every logit below the k-th largest set to -inf (ties at the k-th value kept)."""
+    v = z.shape[-1]
+    if not 0 < k < v:
+        return z
+    kth = np.partition(z, v - k, axis=-1)[..., v - k, None]
+    return np.where(z >= kth, z, -np.inf)
+
+
+def _top_p_keep(probs: np.ndarray, p: float) -> np.ndarray:
+    """Return the mask of the smallest top set of ``probs`` whose mass reaches ``p`` (ties at the boundary kept)."""
+    ftype = probs.dtype.type
+    desc = -np.sort(-probs, axis=-1)
+    cum = np.cumsum(desc, axis=-1)
+    # the last token needed: the first whose cumulative mass reaches p
+    need = np.minimum((cum < ftype(p - TOP_P_ROUNDING)).sum(axis=-1), probs.shape[-1] - 1)
+    boundary = np.take_along_axis(desc, need[..., None], axis=-1)
+    return probs >= boundary
+
+
+def _min_p_keep(probs: np.ndarray, m: float) -> np.ndarray:
+    """Return the mask of tokens of probability ``>= m`` times the largest (ratios: any renormalisation)."""
+    return probs >= probs.dtype.type(m) * probs.max(axis=-1, keepdims=True)
+
+
+def _softmax_shifted(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _hf(z: np.ndarray, k: int, p: float, m: float) -> np.ndarray:
+    """Apply top-k, renormalise, top-p, then min-p (HF's warpers)."""
+    probs = _softmax_shifted(_top_k_logits(z, k))
+    if p < 1:
+        probs = _renormalise(probs, _top_p_keep(probs, p))
+    if m > 0:
+        probs = _renormalise(probs, _min_p_keep(probs, m))
+    return probs
+
+
+def _vllm(z: np.ndarray, k: int, p: float, m: float) -> np.ndarray:
+    """Apply min-p on the tempered law, then top-k, renormalise, top-p (vLLM v1's Sampler)."""
+    if m > 0:
+        z = np.where(_min_p_keep(_softmax_shifted(z), m), z, -np.inf)
+    probs = _softmax_shifted(_top_k_logits(z, k))
+    if p < 1:
+        probs = _renormalise(probs, _top_p_keep(probs, p))
+    return probs
+
+
+def _sglang(z: np.ndarray, k: int, p: float, m: float) -> np.ndarray:
+    """Intersect top-k, the top-p cut of the tempered law and min-p, then renormalise once (SGLang's sampler)."""
+    probs = _softmax_shifted(z)
+    keep = np.isfinite(_top_k_logits(z, k))
+    if p < 1:
+        keep &= _top_p_keep(probs, p)
+    if m > 0:
+        keep &= _min_p_keep(probs, m)
+    return _renormalise(probs, keep)
+
+
+CONVENTIONS.register("hf", Convention(
+    "hf", "top-k -> renormalise -> top-p -> min-p",
+    "transformers 5.25.0 generation/logits_process.py (TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper)", _hf))
+CONVENTIONS.register("vllm", Convention(
+    "vllm", "min-p -> top-k -> renormalise -> top-p",
+    "vLLM 0.33.0 vllm/v1/sample/sampler.py (Sampler.sample), vllm/v1/sample/ops/topk_topp_sampler.py "
+    "(apply_top_k_top_p), vllm/v1/sample/logits_processor/builtin.py (MinPLogitsProcessor)", _vllm))
+CONVENTIONS.register("sglang", Convention(
+    "sglang", "top-k and min-p intersected with the top-p cut of the unfiltered law, renormalised once",
+    "SGLang 0.5.23 sglang/srt/layers/sampler.py (top_k_top_p_min_p_sampling_from_probs_torch)", _sglang))
 
 
 @dataclass(frozen=True)
@@ -80,8 +190,11 @@ class SamplingParams:
     presence_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     allowed_tokens: tuple[int, ...] | None = None
+    convention: str = "hf"  # the engine's filter order (CONVENTIONS), the same for every request of a run
 
     def __post_init__(self) -> None:
+        if self.convention not in CONVENTIONS:
+            raise UsageError(f"convention = {self.convention!r}: {CONVENTIONS.unknown(str(self.convention))}")
         r, f, pres = self.repetition_penalty, self.frequency_penalty, self.presence_penalty
         if not (isinstance(r, (int, float)) and math.isfinite(r) and r > 0):
             raise UsageError(f"repetition_penalty = {r!r}; allowed: a finite number > 0 (1 = off)")
@@ -113,8 +226,8 @@ class SamplingParams:
 
     @property
     def identity(self) -> bool:
-        """Return True when processing is the plain softmax."""
-        return self == SamplingParams()
+        """Return True when processing is the plain softmax (under every convention)."""
+        return self.replace(convention=DEFAULT_CONVENTION) == SamplingParams()
 
     @property
     def penalised(self) -> bool:
@@ -122,9 +235,9 @@ class SamplingParams:
         return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the parameters as a JSON-able dict (serving parameters only when set)."""
+        """Return the parameters as a JSON-able dict (serving parameters and the convention only when set)."""
         out = asdict(self)
-        for name in _SERVING:
+        for name in (*_SERVING, "convention"):
             if out[name] == _DEFAULTS[name]:
                 del out[name]
         if "logit_bias" in out:
@@ -197,7 +310,7 @@ def process(
         Shape ``[..., V]``; ``-inf`` marks a token of probability 0. Every row needs a finite
         entry and no NaN.
     params : SamplingParams
-        Temperature, top-k, top-p, min-p, applied in that order (module docstring).
+        Temperature, then top-k, top-p, min-p in the order of ``params.convention`` (module docstring).
     dtype : numpy dtype, optional
         Arithmetic precision; float64 by default (references are float64).
     counts : array_like, optional
@@ -217,7 +330,8 @@ def process(
     References
     ----------
     HF transformers ``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``,
-    ``MinPLogitsWarper`` (same rules and order); Holtzman et al. 2020 (nucleus sampling);
+    ``MinPLogitsWarper`` (same rules; the ``hf`` order); the other orders: :data:`CONVENTIONS`;
+    Holtzman et al. 2020 (nucleus sampling);
     Nguyen et al. 2024 (min-p sampling).
     """
     ftype = np.dtype(dtype).type
@@ -227,7 +341,6 @@ def process(
     top = np.max(z, axis=-1, keepdims=True)
     if not (np.all(z < np.inf) and np.all(top > -np.inf)):  # NaN compares false: caught here too
         raise UsageError("logits: every row needs a finite entry and no NaN or +inf")
-    v = z.shape[-1]
     if params.allowed_tokens is not None or params.logit_bias or params.penalised:
         z = _serving(z, params, counts)
         top = np.max(z, axis=-1, keepdims=True)
@@ -237,21 +350,7 @@ def process(
         return hot
     # z - max first: the same law, and exp never overflows (temperature > 0 keeps the argmax)
     z = (z - top) / ftype(params.temperature) if params.temperature != 1 else z - top
-    if 0 < params.top_k < v:
-        kth = np.partition(z, v - params.top_k, axis=-1)[..., v - params.top_k, None]
-        z = np.where(z >= kth, z, -np.inf)  # ties at the k-th value are kept
-    e = np.exp(z)
-    probs = e / e.sum(axis=-1, keepdims=True)
-    if params.top_p < 1:
-        desc = -np.sort(-probs, axis=-1)
-        cum = np.cumsum(desc, axis=-1)
-        # the last token needed: the first whose cumulative mass reaches p
-        need = np.minimum((cum < ftype(params.top_p - TOP_P_ROUNDING)).sum(axis=-1), v - 1)
-        boundary = np.take_along_axis(desc, need[..., None], axis=-1)
-        probs = _renormalise(probs, probs >= boundary)
-    if params.min_p > 0:
-        probs = _renormalise(probs, probs >= ftype(params.min_p) * probs.max(axis=-1, keepdims=True))
-    return probs
+    return CONVENTIONS.get(params.convention).filters(z, params.top_k, params.top_p, params.min_p)
 
 
 def process_rows(

@@ -1027,7 +1027,18 @@ def _canonical(verify: Callable[..., Any], contract: str) -> tuple[Callable[...,
     """
     if contract == "logits":
         return _on_logits(verify), True
+    if contract == "draft-vocab":  # the probes' chains speak the target vocabulary: the identity map
+        return _on_identity_map(verify), False
     return verify, takes_logits(verify)
+
+
+def _on_identity_map(verify_mapped: Callable[..., Any]) -> Callable[..., Any]:
+    """Return a canonical callable running a draft-vocab verifier with ``d2t`` the identity (q given whole)."""
+
+    def call(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
+        return verify_mapped(draft, q, p, num_draft, np.arange(q.shape[-1], dtype=np.int64), rng)
+
+    return call
 
 
 def _on_logits(verify_logits: Callable[..., Any]) -> Callable[..., Any]:
@@ -1057,7 +1068,7 @@ def _on_logits(verify_logits: Callable[..., Any]) -> Callable[..., Any]:
 
 def _not_probed(spec: Any, contract: str) -> str | None:
     """Return why the probes do not apply (a tree scenario: the tree probes'), or None."""
-    if contract not in ("probs", "logits"):
+    if contract not in ("probs", "logits", "draft-vocab"):
         return f"contract {contract!r}"
     if getattr(spec, "algorithm", "chain") not in ("chain", "block"):
         return f"algorithm {spec.algorithm!r} (its own probes: specaudit.checks.tree_probes)"

@@ -36,6 +36,19 @@ plus drafts ``0..j-1`` (the history at verification position ``j``: vLLM #18902)
 processing to every row (the zoo's ``batch_params_row0``) and fails the serving scenarios.
 Elsewhere ``rows`` is None and the parameters are batch-wide, as before.
 
+Draft vocabulary (``draft-vocab``)
+---------------------------------
+A drafter with a vocabulary of its own (a scenario's ``d2t``: :mod:`specaudit.chains.vocab`) is
+driven through the third contract::
+
+    verify(draft[B,K] int64 target ids, q_draft[B,K,Vd] float64, p[B,K+1,V] float64, num_draft[B] int64,
+           d2t[Vd] int64, rng) -> (out, n_out)
+
+``q_draft`` is the drafter's law over its own ids, ``d2t[i]`` the target id of draft id ``i``:
+the verifier must read ``q`` of draft token ``x`` at the draft id ``i`` with ``d2t[i] = x``
+(``q_target[d2t] = q_draft``, 0 elsewhere). A scenario without ``d2t`` hands the identity map
+(``Vd = V``). :func:`bind_map` is that call.
+
 The chains themselves (:class:`~specaudit.chains.logits.LogitsChain`) live in
 :mod:`specaudit.chains.logits` and the reference verifier of this contract in
 :mod:`specaudit.verifiers.logits` (``reference-logits``): a contract says what a verifier must do
@@ -64,6 +77,7 @@ __all__ = [
     "Rows",
     "as_canonical",
     "bind",
+    "bind_map",
     "check_arity",
     "history_counts",
     "prepare",
@@ -71,8 +85,8 @@ __all__ = [
     "view",
 ]
 
-#: Verifier contracts a run can drive: canonical probabilities, or raw logits plus parameters.
-CONTRACTS = ("probs", "logits")
+#: Verifier contracts a run can drive: canonical probabilities, raw logits plus parameters, or q in draft space plus d2t.
+CONTRACTS = ("probs", "logits", "draft-vocab")
 
 
 @dataclass(frozen=True)
@@ -225,6 +239,21 @@ def _per_row(rows: Rows, classes: Sequence[LogitsParams]) -> LogitsParams:
     return LogitsParams(first.target, first.draft, per)
 
 
+def bind_map(verify_mapped: Callable[..., Any], d2t: np.ndarray) -> Callable[..., Any]:
+    """Return a canonical-contract callable handing ``verify_mapped`` q in draft space and the map ``d2t``.
+
+    The canonical ``q`` is the drafter's law in target space, 0 off the image of ``d2t``
+    (:func:`specaudit.chains.vocab.restrict`), so ``q[..., d2t]`` is its law over draft ids, whole.
+    """
+    d2t = np.asarray(d2t, dtype=np.int64)
+
+    def call(draft, q, p, num_draft, rng):
+        return verify_mapped(draft, np.ascontiguousarray(q[..., d2t]), p, num_draft, d2t.copy(), rng)
+
+    call.d2t = d2t  # type: ignore[attr-defined]
+    return call
+
+
 def as_canonical(verify_logits: Callable[..., Any]) -> Callable[..., Any]:
     """Return a canonical verifier (probabilities in) running ``verify_logits`` on ``log p``.
 
@@ -241,10 +270,16 @@ def as_canonical(verify_logits: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def prepare(
-    verify: Callable[..., Any], contract: str, target: TabularChain, draft: TabularChain
+    verify: Callable[..., Any], contract: str, target: TabularChain, draft: TabularChain, d2t: np.ndarray | None = None
 ) -> tuple[Callable[..., Any], TabularChain, TabularChain]:
-    """Return the canonical callable and the chains whose payloads the contract hands over."""
+    """Return the canonical callable and the chains whose payloads the contract hands over.
+
+    ``d2t``: the scenario's draft-to-target map (None: the identity), handed over by ``draft-vocab``.
+    """
     _check_contract(contract)
+    if contract == "draft-vocab":  # probabilities, q in draft space
+        target, draft = view(target, "probs"), view(draft, "probs")
+        return bind_map(verify, np.arange(target.vocab) if d2t is None else d2t), target, draft
     target, draft = view(target, contract), view(draft, contract)
     if contract == "logits":
         t_classes = target.classes if isinstance(target, MixedChain) else (target,)
@@ -277,6 +312,12 @@ def check_arity(verify: Callable[..., Any], contract: str) -> None:
             f"TARGET takes {required} arguments {tuple(p.name for p in positional)}; the probs contract passes 5 "
             "(draft, q, p, num_draft, rng). For verify(draft, draft_logits, target_logits, num_draft, params, rng) "
             "pass --contract logits"
+        )
+    if contract == "draft-vocab" and len(positional) < 6:
+        raise UsageError(
+            f"TARGET takes {len(positional)} arguments {tuple(p.name for p in positional)}; the draft-vocab contract "
+            "passes 6 (draft, q_draft, p, num_draft, d2t, rng). For verify(draft, q, p, num_draft, rng) leave out "
+            "--contract draft-vocab"
         )
     if contract == "logits" and len(positional) < 6:
         raise UsageError(

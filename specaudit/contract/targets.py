@@ -49,6 +49,8 @@ ALIASES.register("reference-tree", Alias("specaudit.verifiers.tree:verify", scen
 ALIASES.register("reference-greedy", Alias("specaudit.verifiers.greedy:verify", scenarios=("tag:greedy",)))
 # run with --contract logits
 ALIASES.register("reference-logits", Alias("specaudit.verifiers.logits:verify_reference"))
+# run with --contract draft-vocab
+ALIASES.register("reference-draft-vocab", Alias("specaudit.verifiers.vocab:verify", scenarios=("tag:draft-vocab",)))
 ALIASES.register(
     "hf-transformers", Alias("transformers.generation.utils:_speculative_sampling", "hf", ("tag:hf", "corners"))
 )

@@ -32,6 +32,7 @@ def run(
     progress: Progress | None = None,
     diagnose: bool = True,
     contract: str = "probs",
+    convention: str | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
     adapter: str | None = None,
     adapter_options: Mapping[str, Any] | None = None,
@@ -89,6 +90,9 @@ def run(
     contract : {"probs", "logits"}
         How ``target`` is called: the canonical contract on processed probabilities, or the
         logits contract (raw logits plus sampling parameters, ``specaudit.contract.logits``).
+    convention : str, optional
+        The engine whose sampler is the reference (``specaudit.chains.processing.CONVENTIONS``:
+        hf, vllm, sglang), overriding every scenario's ``convention``.
     timeout : float or None
         Seconds one verifier call may take before it is stopped and its scenario is an ERROR
         (``specaudit.contract.guard.guarded``: main thread of a POSIX process only); None or 0: no limit.
@@ -136,6 +140,7 @@ def run(
     """
     settings = RunSettings(
         alpha=alpha, seed=seed, samples=samples, method=method, gate_efficiency=gate_efficiency, contract=contract,
+        convention=convention,
         timeout=timeout, max_memory=max_memory, max_device_memory=max_device_memory, jobs=jobs, backend=backend, address=address,
         suspect_level=suspect_level, power=power, diagnose=diagnose, early_stop=early_stop,
         certify_tv=certify_tv, shard=parse_shard(shard),

@@ -122,7 +122,8 @@ class Bench:
         else:
             if seeded.applies(spec) and takes_row_generators(verify):  # per-request generators (checks.seeded)
                 verify = SeededRequests(verify)
-            verify, self.target, self.draft = logits.prepare(verify, contract, *spec.chains())
+            target, draft = spec.chains()
+            verify, self.target, self.draft = logits.prepare(verify, contract, target, draft, spec.draft_map())
         self.verify = verify
         self.max_memory = DEFAULT_MAX_MEMORY if max_memory is None else max_memory
         self.sizes = block_sizes(spec.samples)

@@ -87,6 +87,9 @@ def resolve_scenarios(scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
     """
     out = _loaded(scenarios)
     if settings is not None:
+        if settings.convention is not None:  # --convention: every scenario's reference follows that engine's sampler
+            out = [dataclasses.replace(item, spec=dataclasses.replace(item.spec, convention=settings.convention))
+                   for item in out]
         check_certifiable(out, settings)
     return out
 

@@ -225,6 +225,11 @@ def base_result(loaded: LoadedScenario, spec: Scenario, seed: int) -> ScenarioRe
     )
 
 
+def reference_info(spec: Scenario) -> dict[str, Any]:
+    """Return ``{"reference": NAME}``, the sampling convention of the reference, for a scenario of raw logits."""
+    return {"reference": spec.reference} if spec.processed else {}
+
+
 def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
     """Run the exact probes of an exact-mode scenario; a crash or hang becomes the result's error."""
     t0 = time.perf_counter()
@@ -240,7 +245,7 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
         seconds=time.perf_counter() - t0,
         verifier_seconds=done.verifier_seconds,
         calls=done.calls,
-        info=done.info,
+        info={**reference_info(spec), **done.info},
     )
     if settings.shard is not None:  # every shard probes it whole; the merge re-settles it
         scenario = to_data(spec, exclude_none=True)
@@ -401,7 +406,7 @@ def run_scenarios(
             calls=tally.rounds.calls + probe.calls,
             checks=probe.checks,
         )
-        info: dict[str, Any] = {}
+        info: dict[str, Any] = reference_info(spec)
         if (on := units[i].bench.device) is not None:  # simulated on the verifier's device (specaudit.engine.device)
             info["device"] = on.device
             if on.budget is not None:  # what its batch was sized from (a forked or Ray worker's is not seen here)

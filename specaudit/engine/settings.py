@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specaudit.chains.processing import CONVENTIONS
 from specaudit.checks import statistical_checks
 from specaudit.contract.guard import DEFAULT_TIMEOUT
 from specaudit.errors import UsageError, check_level
@@ -88,6 +89,9 @@ class RunSettings:
         Whether tokens/step and accept-length failures fail the run.
     contract : {"probs", "logits"}
         How the target is called.
+    convention : str or None
+        The sampling convention (:data:`specaudit.chains.processing.CONVENTIONS`) every scenario's
+        reference follows, overriding the scenarios' ``convention`` (None: each scenario's own).
     timeout : float or None
         Seconds one verifier call may take (None or 0: no limit).
     import_timeout : float or None
@@ -134,6 +138,7 @@ class RunSettings:
     method: str = "pearson"
     gate_efficiency: bool = True
     contract: str = "probs"
+    convention: str | None = None
     timeout: float | None = DEFAULT_TIMEOUT
     import_timeout: float | None = DEFAULT_IMPORT_TIMEOUT
     max_memory: int | None = None
@@ -180,6 +185,8 @@ class RunSettings:
         if self.max_device_memory is not None and not (_whole(self.max_device_memory) and self.max_device_memory >= 1):
             raise UsageError(f"max_device_memory = {self.max_device_memory!r}; allowed: bytes >= 1 (an integer), or None: "
                              "a share of the device's free memory")
+        if self.convention is not None and self.convention not in CONVENTIONS:
+            raise UsageError(f"convention = {self.convention!r}: {CONVENTIONS.unknown(str(self.convention))}")
         if self.jobs < 1:
             raise UsageError(f"jobs = {self.jobs}; allowed: >= 1")
         if self.backend not in BACKENDS:
@@ -215,6 +222,7 @@ class RunSettings:
         shard = self.shard
         return {"method": self.method, "gate_efficiency": self.gate_efficiency, "samples": self.samples,
                 "contract": self.contract, "timeout": self.timeout,
+                **({} if self.convention is None else {"convention": self.convention}),
                 **({} if not self.early_stop else {"early_stop": True}),
                 **({} if self.device is None else {"device": self.device}),
                 **({} if self.certify_tv is None else {"certify_tv": self.certify_tv}),
@@ -235,6 +243,7 @@ class RunSettings:
             method=recorded.get("method", "pearson"),
             gate_efficiency=recorded.get("gate_efficiency", True),
             contract=recorded.get("contract", "probs"),
+            convention=recorded.get("convention"),
             timeout=recorded.get("timeout", DEFAULT_TIMEOUT),
             suspect_level=recorded.get("suspect_level"),
             power=recorded.get("power", True),

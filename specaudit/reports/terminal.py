@@ -212,6 +212,18 @@ def device_line(s: ScenarioResult) -> Text | None:
     return Text.assemble((f"{s.name}: ", "bold"), f"on {device}: {rows:g} rows per verifier call{sized}")
 
 
+def reference_line(result: RunResult) -> Text | None:
+    """Return which engine's sampler each scenario of raw logits was checked against, or None when none is."""
+    by: dict[str, list[str]] = {}
+    for s in result.scenarios:
+        if isinstance(name := s.info.get("reference"), str):
+            by.setdefault(name, []).append(s.name)
+    if not by:
+        return None
+    parts = [f"{name} sampling convention ({len(names)} scenario{'s' * (len(names) != 1)})" for name, names in by.items()]
+    return Text.assemble(("reference: ", "bold"), "; ".join(parts))
+
+
 def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
     """Print the run: table (unless quiet), failure details, and the final line."""
     result = fmt.shown(result)  # every string a verifier, a user or a results file wrote: control characters escaped
@@ -228,6 +240,9 @@ def render(result: RunResult, console: Console, verbosity: int = 0) -> None:
         for s in result.scenarios:
             if s.status in (Status.FAILED, Status.SUSPECT, Status.ERROR) or verbosity > 0:
                 _details(console, s)
+    references = reference_line(result)
+    if references is not None and verbosity >= 0:
+        console.print(references)
     counts: dict[Status, int] = {}
     for s in result.scenarios:
         counts[s.status] = counts.get(s.status, 0) + 1

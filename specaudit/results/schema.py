@@ -49,6 +49,7 @@ CHECK_DATA: dict[str, Any] = {
     "top_cells?": [{"cell": ["integer"], "observed": "number", "expected": "number", "residual": "number"}],
 }
 INFO: dict[str, Any] = {
+    "reference": "string?",
     "diagnosis?": {
         "best?": {"mutant": "string", "description": "string", "similarity": "number", "mirrors": "string"},
         "candidates?": [{"mutant": "string", "description": "string", "similarity": "number"}],

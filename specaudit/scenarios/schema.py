@@ -34,6 +34,7 @@ from specaudit.chains import logits as logits_mod
 from specaudit.chains import processing
 from specaudit.chains import serving as serving_chains
 from specaudit.chains import tabular as chains
+from specaudit.chains import vocab as vocab_chains
 from specaudit.chains.lazy import ZipfChain
 from specaudit.chains.tabular import TabularChain
 from specaudit.errors import UsageError, closest
@@ -164,6 +165,12 @@ def _some_allowed(tokens: list[int]) -> list[int]:
     return tokens
 
 
+def _known_convention(name: str) -> str:
+    if name not in processing.CONVENTIONS:
+        raise ValueError(f"{processing.CONVENTIONS.unknown(name)} (the engine whose sampler is the reference)")
+    return name
+
+
 def _adapter_name(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
@@ -279,8 +286,9 @@ class Greedy(Spec):
 
 @dataclass(frozen=True, kw_only=True)
 class Sampling(Spec):
-    """Sampling processing of one role: mask, bias, penalties -> temperature -> top-k -> top-p -> min-p
-    (specaudit.chains.processing). The serving keys (penalties, logit_bias, allowed_tokens) are off when omitted."""
+    """Sampling processing of one role: mask, bias, penalties -> temperature -> top-k, top-p, min-p in the order of
+    the scenario's convention (specaudit.chains.processing). The serving keys (penalties, logit_bias, allowed_tokens)
+    are off when omitted."""
 
     temperature: Annotated[float, Rule(ge=0.0, le=1e6, strict=False)] = 1.0
     top_k: Annotated[int, Rule(ge=0)] = 0
@@ -461,6 +469,13 @@ class Scenario(Spec):
     mix: Annotated[list[MixClass] | None, Rule(
         description="a batch mix of request classes (weights summing to 1), each with its own target and drafter "
         "sampling; every request draws its class; target and draft must be kind logits")] = None
+    d2t: Annotated[list[Annotated[int, Rule(ge=0)]] | None, Rule(
+        description="a drafter with a vocabulary of its own: the target id of every draft id (its length is the draft "
+        "vocabulary, one-to-one into 0..vocab-1); the drafter's law is renormalised on these ids, and the draft-vocab "
+        "contract hands q in draft space with this map")] = None
+    convention: Annotated[Annotated[str, Check(_known_convention)] | None, Rule(
+        description="the engine whose non-speculative sampler is the reference: the order of top-k, top-p and min-p "
+        "(specaudit.chains.processing.CONVENTIONS: hf, vllm, sglang; omitted: hf); --convention overrides it")] = None
     mode: Annotated[Literal["sample", "greedy", "exact"], Rule(
         description="sample: statistical checks of the sampled law; greedy: temperature 0, every sequence must "
         "equal greedy decoding of the target (argmax, ties to the first index); exact: the exact probes of "
@@ -477,6 +492,8 @@ class Scenario(Spec):
                 raise ValueError(f"drafts weights must be >= 0 and sum to 1 within {SUM_TOLERANCE:g}")
         for role in ("target", "draft"):
             self._check_chain_shape(role, getattr(self, role))
+        if self.d2t is not None:
+            self._check_map()
         self._check_algorithm()
         self._check_lazy()
         self._check_serving()
@@ -567,6 +584,21 @@ class Scenario(Spec):
                 f"{name}.matrix{f' (and {dead.size - 1} more rows)' if dead.size > 1 else ''}, so that row has nothing "
                 "to sample; allowed: a mask that keeps a token of finite logit in every row")
 
+    def _check_map(self) -> None:
+        """Refuse a d2t that is not a one-to-one map into the target vocabulary, or one with what it cannot go with."""
+        assert self.d2t is not None
+        try:
+            vocab_chains.check_map(self.d2t, self.vocab)
+        except ValueError as exc:
+            raise ValueError(f"d2t: {exc}") from None
+        if self.mix is not None or self.algorithm == "tree" or self.lazy:
+            raise ValueError("d2t: a draft vocabulary goes with chain or block verification of tabular chains; "
+                             "allowed without d2t: mix, algorithm tree, kind zipf")
+
+    def draft_map(self) -> np.ndarray | None:
+        """Return the draft-to-target id map (None: the drafter speaks the target's vocabulary)."""
+        return None if self.d2t is None else np.asarray(self.d2t, dtype=np.int64)
+
     def _history_depth(self) -> int:
         """Return the longest history a verifier reads: L - 1 tokens generated, then k drafts."""
         return self.length - 1 + self.k
@@ -644,6 +676,16 @@ class Scenario(Spec):
         return law
 
     @property
+    def reference(self) -> str:
+        """Return the name of the sampling convention the reference laws follow (``convention``, else hf)."""
+        return self.convention or processing.DEFAULT_CONVENTION
+
+    @property
+    def processed(self) -> bool:
+        """Return True when a chain is raw logits processed by sampling parameters (the convention shapes its law)."""
+        return isinstance(self.target, Logits) or isinstance(self.draft, (Logits, SameLogitsAsTarget))
+
+    @property
     def lazy(self) -> bool:
         """Return True when a chain is generated on demand (no tables: per-prefix and PIT checks)."""
         return isinstance(self.target, Zipf) or isinstance(self.draft, Zipf)
@@ -701,13 +743,21 @@ class Scenario(Spec):
         except UsageError as exc:
             raise UsageError(f"scenario {self.name!r}: draft: {exc}") from None
         depth = self._history_depth()
+        convention = self.reference
+        if convention != processing.DEFAULT_CONVENTION:  # the engine's filter order: every processed law follows it
+            target, draft = logits_mod.with_convention(target, convention), logits_mod.with_convention(draft, convention)
+        if self.d2t is not None:  # the drafter's own vocabulary: its law on the map's image (validated: no mix)
+            try:
+                draft = vocab_chains.restrict(draft, np.asarray(self.d2t, dtype=np.int64))
+            except UsageError as exc:
+                raise UsageError(f"scenario {self.name!r}: draft: {exc}") from None
         if self.mix is not None:
             assert isinstance(target, logits_mod.LogitsChain) and isinstance(draft, logits_mod.LogitsChain)  # validated
             t: list[TabularChain] = []
             d: list[TabularChain] = []
             for i, c in enumerate(self.mix):
-                for role, chain, params, out in (("target", target, c.target.params(), t),
-                                                 ("draft", draft, c.draft_params(), d)):
+                for role, chain, params, out in (("target", target, c.target.params().replace(convention=convention), t),
+                                                 ("draft", draft, c.draft_params().replace(convention=convention), d)):
                     try:
                         out.append(serving_chains.with_params(chain, params, depth))
                     except UsageError as exc:
@@ -745,6 +795,10 @@ class Scenario(Spec):
             del body["algorithm"], body["tree"]
         if body.get("mode") == "sample":  # hashes from before the greedy and exact modes hold
             del body["mode"]
+        if body.get("d2t") is None:  # hashes from before draft vocabularies hold
+            body.pop("d2t", None)
+        if body.get("convention") in (None, processing.DEFAULT_CONVENTION):  # hashes from before conventions hold
+            del body["convention"]
         _drop_unset(body)  # hashes from before the serving keys (penalties, bias, mask, mix) hold
         for role in ("target", "draft"):
             spec = getattr(self, role)

@@ -68,7 +68,8 @@ def run_blocks(
     observe every block in turn: they must be additive and draw no randomness of their own
     (e.g. :class:`specaudit.simulate.tallies.JointCounts`).
     """
-    verify, target, draft = logits.prepare(verify, contract, *spec.chains())
+    target, draft = spec.chains()
+    verify, target, draft = logits.prepare(verify, contract, target, draft, spec.draft_map())
     k = len(spec.draft_law) - 1
     warm(target, draft, k)
     total = RoundStats(k)

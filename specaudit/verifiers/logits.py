@@ -4,19 +4,27 @@
 :func:`specaudit.verifiers.reference.verify` is to the canonical one: the correct verifier that
 the processing-mismatch mutants of :mod:`specaudit.verifiers.zoo.logits` differ from in one
 place. It lives with the other correct verifiers; the contract module only says what a logits
-verifier must do. Run it with ``specaudit run reference-logits --contract logits``.
+verifier must do. Run it with ``specaudit run reference-logits --contract logits``. It processes in the order the
+parameters carry (``SamplingParams.convention``: the run's reference), so it passes under every
+convention. An engine's verifier has its order built in: :func:`engine_order` is such a correct
+verifier for one engine (``verify_hf_order``, ``verify_vllm_order``, ``verify_sglang_order``); it
+passes only where the run's reference is that engine's sampler (SGLang PR #36173).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import numpy as np
 
+from specaudit.chains.processing import CONVENTIONS
 from specaudit.contract.chain import row_generators
 from specaudit.contract.logits import LogitsParams, processed
 from specaudit.verifiers import reference
 from specaudit.verifiers.reference import where_bad
 
-__all__ = ["verify_reference"]
+__all__ = ["engine_order", "in_order", "verify_hf_order", "verify_reference", "verify_sglang_order", "verify_vllm_order"]
 
 
 @row_generators  # rng goes to the chain reference as it came
@@ -59,3 +67,28 @@ def verify_reference(
     if (bad_d & read_d).any():
         q[bad_d & read_d] = np.nan  # not trusted: the draft there is rejected and the token drawn from p
     return reference.verify(draft, q, p, num_draft, rng)
+
+
+def in_order(params: LogitsParams, convention: str) -> LogitsParams:
+    """Return ``params`` with every row's target and drafter processing in the order of ``convention``."""
+    rows = None if params.rows is None else tuple(
+        replace(r, target=r.target.replace(convention=convention), draft=r.draft.replace(convention=convention))
+        for r in params.rows)
+    return LogitsParams(params.target.replace(convention=convention), params.draft.replace(convention=convention), rows)
+
+
+def engine_order(convention: str) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    """Return the correct logits verifier of one engine: its filter order built in, whatever the run's reference."""
+    order = CONVENTIONS.get(convention)
+
+    def verify(draft, draft_logits, target_logits, num_draft, params, rng):
+        return verify_reference(draft, draft_logits, target_logits, num_draft, in_order(params, convention), rng)
+
+    verify.__doc__ = f"Verify with both sides processed in {convention}'s order ({order.order}; {order.source})."
+    verify.__name__ = verify.__qualname__ = f"verify_{convention}_order"
+    return verify
+
+
+verify_hf_order = engine_order("hf")
+verify_vllm_order = engine_order("vllm")
+verify_sglang_order = engine_order("sglang")

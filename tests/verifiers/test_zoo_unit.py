@@ -276,13 +276,15 @@ def test_get_suggests_close_name():
         mutants.get("zzz")
 
 
-def test_one_registry_holds_the_chain_logits_and_tree_zoos():
+def test_one_registry_holds_every_zoo():
     from specaudit.verifiers import zoo
     from specaudit.verifiers.zoo import logits as logits_zoo
     from specaudit.verifiers.zoo import seeded as seeded_zoo
     from specaudit.verifiers.zoo import tree as tree_zoo
+    from specaudit.verifiers.zoo import vocab as vocab_zoo
 
-    families = {"chain": MUTANTS, "logits": logits_zoo.MUTANTS, "seeded": seeded_zoo.MUTANTS, "tree": tree_zoo.MUTANTS}
+    families = {"chain": MUTANTS, "logits": logits_zoo.MUTANTS, "seeded": seeded_zoo.MUTANTS, "tree": tree_zoo.MUTANTS,
+                "draft-vocab": vocab_zoo.MUTANTS}
     assert list(zoo.MUTANTS) == [name for fam in families.values() for name in fam]  # definition order
     for family, members in families.items():
         assert zoo.family(family) == members
@@ -294,7 +296,9 @@ def test_one_registry_holds_the_chain_logits_and_tree_zoos():
     from specaudit.laws.processing import HYPOTHESES
 
     serving = {"penalties_without_drafts", "mask_target_only", "bias_draft_only", "batch_params_row0", "greedy_rows_sampled"}
-    assert {n for n, m in logits_zoo.MUTANTS.items() if m.diverges is None} == serving
+    # ... nor does the filter-order mutant (its p is another engine's processing, not one wrong quantity)
+    assert {n for n, m in logits_zoo.MUTANTS.items() if m.diverges is None} == serving | {"sglang_speculative_order"}
+    assert {m.contract for m in vocab_zoo.MUTANTS.values()} == {"draft-vocab"} and len(vocab_zoo.MUTANTS) == 2
     assert all(m.diverges in HYPOTHESES for m in logits_zoo.MUTANTS.values() if m.diverges is not None)
     assert {m.algorithm for m in tree_zoo.MUTANTS.values()} == {"tree", "block"}
     assert len(seeded_zoo.MUTANTS) == 3 and all(m.seeded for m in seeded_zoo.MUTANTS.values())

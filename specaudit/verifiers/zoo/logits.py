@@ -30,6 +30,7 @@ import numpy as np
 from specaudit.chains.processing import SamplingParams, process, process_rows
 from specaudit.contract.logits import LogitsParams, RowParams, history_counts, processed
 from specaudit.verifiers import reference
+from specaudit.verifiers.logits import in_order
 from specaudit.verifiers.zoo import mutant as zoo
 from specaudit.verifiers.zoo.mutant import Mutant, Verifier
 
@@ -81,6 +82,20 @@ def float32_draft(draft, draft_logits, target_logits, num_draft, params, rng):
     """Process the draft logits in float32 (near-ties at the top-k boundary merge) against float64 p."""
     q = process(draft_logits, params.draft, dtype=np.float32).astype(np.float64)
     p = process(target_logits, params.target)
+    return reference.verify(draft, q, p, num_draft, rng)
+
+
+@zoo.register("distribution", "SGLang PR #36173 (speculative verifier: top-k, renormalise, top-p, min-p ignored; the "
+              "sampler cuts top-p on the unfiltered law and applies min-p)", contract="logits")
+def sglang_speculative_order(draft, draft_logits, target_logits, num_draft, params, rng):
+    """Process the target top-k -> renormalise -> top-p without min-p (SGLang's verifier before PR #36173)."""
+    num_draft = np.asarray(num_draft, dtype=np.int64)
+    q, _ = processed(params, draft, num_draft, draft_logits, target_logits)
+    old = in_order(params, "hf")
+    old = LogitsParams(old.target.replace(min_p=0.0), old.draft,
+                       None if old.rows is None else tuple(RowParams(r.target.replace(min_p=0.0), r.draft, r.output)
+                                                           for r in old.rows))
+    _, p = processed(old, draft, num_draft, draft_logits, target_logits)
     return reference.verify(draft, q, p, num_draft, rng)
 
 

@@ -26,7 +26,7 @@ Kind = Literal["distribution", "boundary", "lossless-control"]
 #: What must catch a mutant: a law check, a boundary probe, or the efficiency checks alone.
 KINDS: tuple[str, ...] = ("distribution", "boundary", "lossless-control")
 #: The zoo modules, by the scenarios they run on: chain rule (probs), logits contract, tree/block, seeded requests.
-ZOOS: tuple[str, ...] = ("chain", "logits", "tree", "seeded")
+ZOOS: tuple[str, ...] = ("chain", "logits", "tree", "seeded", "draft-vocab")
 Verifier = Callable[..., tuple[np.ndarray, np.ndarray]]
 
 
@@ -53,11 +53,11 @@ class Mutant:
 
     @property
     def zoo(self) -> str:
-        """Return the zoo module the mutant belongs to: ``chain``, ``logits``, ``tree`` or ``seeded``."""
+        """Return the zoo module the mutant belongs to: ``chain``, ``logits``, ``tree``, ``seeded`` or ``draft-vocab``."""
         if self.seeded:
             return "seeded"
-        if self.contract == "logits":
-            return "logits"
+        if self.contract in ("logits", "draft-vocab"):
+            return self.contract
         return "chain" if self.algorithm == "chain" else "tree"
 
     def __call__(self, *args: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +69,8 @@ class Mutant:
 MUTANTS: Registry[Mutant] = Registry("mutant")
 
 #: How an unknown name is reported per zoo (the chain zoo's message is the registry's own).
-_WHAT = {"chain": "mutant", "logits": "logits mutant", "tree": "tree mutant", "seeded": "seeding mutant"}
+_WHAT = {"chain": "mutant", "logits": "logits mutant", "tree": "tree mutant", "seeded": "seeding mutant",
+         "draft-vocab": "draft-vocabulary mutant"}
 
 
 def register(
