@@ -22,7 +22,7 @@ from specaudit.verifiers import reference
 from specaudit.verifiers.logits import verify_reference
 from specaudit.verifiers.zoo.logits import MUTANTS
 
-SAMPLING = ["sampling-greedy", "sampling-min-p", "sampling-mixed", "sampling-near-tie", "sampling-temperature",
+SAMPLING = ["convention-min-p", "convention-top-k-top-p", "sampling-greedy", "sampling-min-p", "sampling-mixed", "sampling-near-tie", "sampling-temperature",
             "sampling-top-k", "sampling-top-p"]
 
 HEAD = "schema: 1\nname: t\nvocab: 3\nk: 2\nlength: 2\nsamples: 100\n"
