@@ -27,6 +27,7 @@ __all__ = ["ENGINES", "Engine", "EngineError", "Layout", "describe", "layout_of"
 #: The engines specaudit drives by release (``NAME@VERSION``), in listing order.
 ENGINES: Registry[Engine] = Registry("engine", TargetLoadError)
 ENGINES.register("hf-transformers", Lazy("specaudit.engines.hf:ENGINE"))
+ENGINES.register("vllm", Lazy("specaudit.engines.vllm:ENGINE"))
 
 #: The separator of ``ENGINE@VERSION``.
 AT = "@"

@@ -56,8 +56,8 @@ def record(engine: Engine, version: str, layout: Layout, fetched: Fetched) -> di
         "engine_source": f"{fetched.wheel} (sha256 {fetched.wheel_sha256[:16]}), "
                          f"{member} (sha256 {fetched.files[member][:16]})",
     }
-    if layout.triton and os.environ.get("TRITON_INTERPRET") == "1":
-        out["engine_runtime"] = "Triton interpreter (TRITON_INTERPRET=1)"
+    if layout.triton and (os.environ.get("TRITON_INTERPRET") == "1" or not _has_cuda()):
+        out["engine_runtime"] = "Triton interpreter (TRITON_INTERPRET=1: no CUDA device)"
     return out
 
 
