@@ -291,7 +291,9 @@ def engine_label(environment: Mapping[str, Any]) -> str | None:
         return None
     label = f"{name} {environment.get('engine_version', '?')}"
     source = environment.get("engine_source")
-    return f"{label} ({source})" if source else label
+    label = f"{label} ({source})" if source else label
+    runtime = environment.get("engine_runtime")  # e.g. its Triton kernels run in Triton's interpreter
+    return f"{label}, {runtime}" if runtime else label
 
 
 @dataclass(frozen=True)
