@@ -203,6 +203,20 @@ def test_mrv2_synthetic_mode_is_lossy(tmp_path: Path) -> None:
     assert checks["joint-law"]["status"] == "failed", checks["joint-law"]["summary"]
 
 
+def test_mrv2_fly_mode_is_lossy_as_found(tmp_path: Path) -> None:
+    # FLy keeps a rejected draft when its top-k entropy is >= the threshold and the next W drafts are accepted
+    # natively: more tokens per step than the chain's exact rate and a target law that is not p's (measured:
+    # markov-v4, N = 300, seed 32: TV 0.544, 2.62 tokens/step vs exact 1.67)
+    spec = "vllm@0.34.0 --adapter-arg mode=fly"
+    _own_line(spec)
+    proc, doc = _run(tmp_path, "vllm@0.34.0", "--adapter-arg", "mode=fly", "-s", str(SCENARIOS / "markov-v4.yaml"),
+                     "--samples", "120")
+    assert proc.returncode == ExitCode.CHECKS_FAILED == VERDICTS[spec][0], proc.stdout[-3000:] + proc.stderr[-3000:]
+    checks = _checks(doc)
+    assert checks["joint-law"]["status"] == "failed", checks["joint-law"]["summary"]
+    assert checks["tokens-per-step"]["status"] == "failed", checks["tokens-per-step"]["summary"]
+
+
 def test_a_release_whose_wheel_lacks_the_layout_file_fails_loudly(tmp_path: Path) -> None:
     # a 0.34-line wheel without Model Runner V2's file (as 0.34.0 lacks the v1 one): an EngineError (exit 4), no skip
     from specaudit.engines.fetch import EngineError, _extract

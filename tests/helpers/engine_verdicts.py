@@ -15,4 +15,5 @@ VERDICTS: dict[str, tuple[int, str]] = {
     "vllm@0.34.0": (0, "accepted = target_logprob > tl.log(u) + draft_logprob"),
     "vllm@0.34.0 --adapter-arg mode=block": (0, "accepted_length = tl.where(u <= h, i + 1, accepted_length)"),
     "vllm@0.34.0 --adapter-arg mode=synthetic": (1, "accepted = u < rate"),
+    "vllm@0.34.0 --adapter-arg mode=fly": (1, "and entropy >= fly_entropy_threshold"),
 }
