@@ -265,6 +265,14 @@ def run(
     gate = _baseline_gate(baseline_path, fail_on)  # bad rules or files fail before the run
     # absolute (a verifier's os.chdir cannot move them) and writable, or exit 4 before any simulation
     json_path, html_path, junit_path = _outputs(json_path, html_path, junit_path)
+    if options.get("samples") is None:  # an engine's Triton kernels in the interpreter: an N it can afford, said
+        from specaudit.engines import interpreted_samples
+
+        options["samples"] = interpreted_samples(target)
+        if options["samples"] is not None:
+            click.echo(f"specaudit: {target}: its Triton kernels run in Triton's interpreter (no CUDA device): "
+                       f"--samples {options['samples']} by default (the power table gives the TV detectable there)",
+                       err=True)
     settings = _run_settings(**options)
     _announce_fallback()
 

@@ -56,7 +56,7 @@ def record(engine: Engine, version: str, layout: Layout, fetched: Fetched) -> di
         "engine_source": f"{fetched.wheel} (sha256 {fetched.wheel_sha256[:16]}), "
                          f"{member} (sha256 {fetched.files[member][:16]})",
     }
-    if layout.triton and (os.environ.get("TRITON_INTERPRET") == "1" or not _has_cuda()):
+    if layout.triton and (os.environ.get("TRITON_INTERPRET") == "1" or not has_cuda()):
         out["engine_runtime"] = "Triton interpreter (TRITON_INTERPRET=1: no CUDA device)"
     return out
 
@@ -95,7 +95,7 @@ def _triton_mode(engine: Engine, version: str) -> bool:
     """Return True when Triton's kernels will run in its interpreter (no CUDA device here)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True
-    if _has_cuda():
+    if has_cuda():
         return False
     if "triton" in sys.modules:
         raise EngineError(f"{engine.name}@{version}: its Triton kernels need Triton's interpreter on this machine "
@@ -105,7 +105,7 @@ def _triton_mode(engine: Engine, version: str) -> bool:
     return True
 
 
-def _has_cuda() -> bool:
+def has_cuda() -> bool:
     try:
         import torch
     except ImportError:

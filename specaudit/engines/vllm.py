@@ -169,6 +169,7 @@ ENGINE = Engine(
             adapter="vllm",
             prepare=lay_out_v1,
             triton=True,
+            interpreted_samples=1000,  # ~45 ms a row in the interpreter (0.33.0's recovered-token kernel)
             note="accepts uniform <= p/q: a p = 0 draft accepted at uniform 0 (read in 0.8.5 and 0.33.0)",
         ),
         Layout(
@@ -186,6 +187,7 @@ ENGINE = Engine(
             adapter="vllm-mrv2",
             prepare=lay_out_mrv2,
             triton=True,
+            interpreted_samples=300,  # markov-v4: 93 s with its probes on the 2-core VM; detectable TV 0.24
             note="Model Runner V2: uniforms from tl.rand in the kernel; standard accepts log p > log u + log q",
         ),
     ),
