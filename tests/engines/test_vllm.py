@@ -16,8 +16,9 @@ and two releases' ``vllm`` packages never meet in one interpreter. Only an unrea
 index skips (a release whose wheel lacks its layout's file fails: test_releases.py and below).
 
 Cost (2-core VM, interpreter): ~0.25 s a call of a few rows; markov-v4 with its probes on 0.34.0
-(the MRv2 kernels run one 8192-wide vocabulary block per logit) ~75 s at N = 120 and ~93 s at the
-interpreter default N = 300 (detectable TV 0.24 at power 0.99); ~20 s at N = 200 on 0.33.0. The
+(the MRv2 kernels run one 8192-wide vocabulary block per logit) 40 s alone at the interpreter
+default N = 300 (detectable TV 0.2433 at power 0.99; 93 s beside another run); ~20 s at N = 200
+on 0.33.0. The
 statistical power against subtle bugs lives in the fixture tests; these pin the releases' rules.
 """
 
