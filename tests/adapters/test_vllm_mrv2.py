@@ -158,3 +158,73 @@ def test_tl_rand_in_an_interpreted_kernel_takes_the_scripted_uniforms() -> None:
     assert got["coins"] == 4 and got["ops"] == {"tl.rand": 4}
     # the negative control: an ordinary rng leaves Triton's own Philox draws, the same for the same seed
     assert got["real"] == got["after"] and len(set(got["real"])) == 4 and 0.0 not in got["real"]
+
+
+#: A chain verifier whose acceptance test runs in a Triton kernel drawing tl.rand (this file's own code,
+#: written for the controls below): RULE is `<=` (accepts p = 0 at u = 0) or `<` (correct). Replacements
+#: and the bonus are drawn by inverse CDF on the harness rng (routed: scripted in the probe).
+_KERNEL_VERIFIER = r'''
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from specaudit.adapters.randomness import routed
+
+@triton.jit
+def accept_kernel(p_ptr, q_ptr, out_ptr, seed, N: tl.constexpr, LENIENT: tl.constexpr):
+    offs = tl.arange(0, N)
+    u = tl.rand(seed, offs)
+    p = tl.load(p_ptr + offs)
+    q = tl.load(q_ptr + offs)
+    if LENIENT:
+        ok = u * q <= p
+    else:
+        ok = u * q < p
+    tl.store(out_ptr + offs, ok.to(tl.int32))
+
+def _sample(w, u):
+    c = np.cumsum(w)
+    return int(min(np.searchsorted(c, u * c[-1], side="right"), np.flatnonzero(w > 0)[-1]))
+
+def verify(draft, q, p, num_draft, rng):
+    B, K = draft.shape
+    out = np.full((B, K + 1), -1, dtype=np.int64)
+    n_out = np.zeros(B, dtype=np.int64)
+    with routed(rng) as seed:
+        for b in range(B):
+            k = int(num_draft[b])
+            n = 1 << max(k - 1, 0).bit_length()
+            pd = np.zeros(n, np.float32); qd = np.ones(n, np.float32)
+            pd[:k] = p[b, np.arange(k), draft[b, :k]]; qd[:k] = q[b, np.arange(k), draft[b, :k]]
+            ok = torch.zeros(n, dtype=torch.int32)
+            if k:
+                accept_kernel[(1,)](torch.from_numpy(pd), torch.from_numpy(qd), ok, (seed + b) % 2**31, N=n,
+                                    LENIENT=RULE == "<=")
+            j = 0
+            while j < k and ok[j]:
+                out[b, j] = draft[b, j]; j += 1
+            w = np.maximum(p[b, j] - q[b, j], 0) if j < k else p[b, j]
+            if w.sum() <= 0:
+                w = p[b, j]
+            out[b, j] = _sample(w, float(rng.random())); n_out[b] = j + 1
+    return out, n_out
+'''
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@pytest.mark.parametrize(("rule", "code", "status"), [("<=", ExitCode.CHECKS_FAILED, "failed"), ("<", ExitCode.OK, "passed")])
+def test_the_boundary_probe_reaches_a_triton_kernels_tl_rand(rule: str, code: int, status: str, tmp_path: Path) -> None:
+    # positive control (`<=`: the probe's accepts-p0 finding, through tl.rand) and negative control (`<`: passes)
+    path = tmp_path / "kernel_verifier.py"
+    path.write_text(f"RULE = {rule!r}\n" + _KERNEL_VERIFIER)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-m", "specaudit.cli", "run", f"{path}:verify", "-s", "markov-v4",
+                           "--samples", "2000", "--seed", "32", "--no-power", "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, env=env, timeout=900, cwd=REPO)
+    assert proc.returncode == code, proc.stdout[-3000:] + proc.stderr[-3000:]
+    checks = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["scenarios"][0]["checks"]}
+    probe = checks["adversarial-uniforms"]
+    assert probe["status"] == status, probe["summary"]
+    assert probe["data"]["op_draws"]["tl.rand"] > 0
+    if rule == "<=":
+        assert probe["data"]["classes"] == ["accepts-p0"]
