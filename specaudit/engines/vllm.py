@@ -12,9 +12,10 @@ Two layouts, read from the released wheels (``pip download vllm==X --no-deps --o
 - **Model Runner V2**, ``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py:rejection_sample(
   target_logits, draft_logits_cache, draft_sampled, cu_num_logits, pos, idx_mapping,
   expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps, ...)``,
-  driven by the ``vllm-mrv2`` adapter from 0.34.0 (the 0.33.0 wheel already ships the file, with
-  ``draft_logits`` where 0.34.0 has ``draft_logits_cache``; 0.33.0 is audited through its v1
-  sampler, the one vLLM's own tests of that release exercise). Uniforms are drawn inside the Triton
+  driven by the ``vllm-mrv2`` adapter from 0.34.0. The file first ships in 0.22.0 (the wheels'
+  file lists: 0.21.0 lacks it, 0.22.0 has it) and the v1 file was removed in 0.34.0 (0.33.0 has
+  both); 0.22 to 0.33 are audited through their v1 sampler (0.33.0's MRv2 takes ``draft_logits``,
+  a tensor, where 0.34.0 takes ``draft_logits_cache``; the adapter reads which from the signature). Uniforms are drawn inside the Triton
   kernel (``tl_rand32(seed, pos)`` of ``vllm/v1/worker/gpu/sample/gumbel.py``: ``tl.rand``
   floored at 4.66e-10) and standard mode accepts with ``target_logprob > tl.log(u) +
   draft_logprob`` (strict); block mode with ``u <= h``.
