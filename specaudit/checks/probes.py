@@ -787,7 +787,12 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
     itself (``harness_draws``: vLLM's bonus) never count. A real generator that advanced during a
     scripted call (:func:`specaudit.adapters.randomness.bypassed`: compiled code, an op the routing
     does not script) means some draws were not the adversarial values. Without reach and without a
-    finding the probe is "not applicable", never "passed".
+    finding the probe is "not applicable", never "passed". A kernel that samples its replacements by
+    a race over a hash of (seed, position, token) draws nothing to script: its adapter says so
+    (:func:`specaudit.adapters.randomness.hashed_replacements`), reach then counts the acceptance
+    step only, and the summary names the unscripted draws; an adapter whose draws are out of reach
+    altogether (a GPU kernel's ``tl.rand``: :func:`~specaudit.adapters.randomness.out_of_reach`)
+    makes the probe "not applicable" with that reason.
     """
     name = "adversarial-uniforms"
     inputs = adversarial_inputs(pr)
