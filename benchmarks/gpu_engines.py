@@ -18,9 +18,8 @@ One command on a GPU machine with any of the engines installed (from specaudit's
     python benchmarks/gpu_engines.py --samples 20000
 
 Without vLLM installed, ``--vllm-root DIR`` puts a folder holding a ``vllm`` package first on
-``sys.path``: e.g. the released rejection sampler laid out by tests/helpers/real_vllm.py
-(``python -c "import sys; sys.path.insert(0, 'tests/helpers'); import real_vllm, pathlib;
-real_vllm.package_root('0.33.0', pathlib.Path('/tmp/vllm-0.33.0'))"``, on a machine with network).
+``sys.path``: e.g. a released rejection sampler as specaudit lays it out (``specaudit run vllm@0.33.0``
+does, under ``<cache>/engines/vllm/0.33.0.site``; ``specaudit engines --fetch vllm@0.33.0`` fetches it).
 Exit status: 0 when every engine that ran passed its statistical checks (boundary findings are
 reported, not failures), 1 when a statistical check failed or a scenario errored.
 """

@@ -292,6 +292,14 @@ def run(
         from specaudit.reports import html
 
         _writable(str(html.output_path(html_path, target)), "--html")
+    if options.get("samples") is None:  # an engine's Triton kernels in the interpreter: an N it can afford, said
+        from specaudit.engines import interpreted_samples
+
+        options["samples"] = interpreted_samples(target)
+        if options["samples"] is not None:
+            click.echo(f"specaudit: {target}: its Triton kernels run in Triton's interpreter (no CUDA device): "
+                       f"--samples {options['samples']} by default (the power table gives the TV detectable there)",
+                       err=True)
     done: list = []
     settings = None
     # from here a stop at any moment (the engine's imports, a child just forked, the verifier signalling its

@@ -38,6 +38,7 @@ BUILTIN: Registry[str] = Registry("adapter", UsageError)
 BUILTIN.register("torch", "specaudit.adapters.torch:ADAPTER")
 BUILTIN.register("hf", "specaudit.adapters.hf:ADAPTER")
 BUILTIN.register("vllm", "specaudit.adapters.vllm:ADAPTER")
+BUILTIN.register("vllm-mrv2", "specaudit.adapters.vllm_mrv2:ADAPTER")  # Model Runner V2 (vllm@0.34+)
 BUILTIN.register("flashinfer", "specaudit.adapters.flashinfer:ADAPTER")
 BUILTIN.register("sglang_tree", "specaudit.adapters.sglang_tree:ADAPTER")  # the tree contract
 BUILTIN.register("sglang_chain", "specaudit.adapters.sglang_chain:ADAPTER")  # its Triton chain kernel

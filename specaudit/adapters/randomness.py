@@ -53,6 +53,11 @@ any generator given to :func:`watched` before and after, and :func:`bypassed` na
 moved: the probe then says the scripted values did not reach the verifier instead of passing it.
 :func:`op_draws` counts the scripted draws per torch op (``torch.rand``, ``Tensor.exponential_``...).
 
+Triton kernels. Under ``TRITON_INTERPRET=1`` (a machine without a GPU, where specaudit runs an
+engine's Triton kernels in Triton's interpreter) a scripted call also routes ``tl.rand`` to the
+script (:func:`_triton_rand`), so the probes reach uniforms drawn inside a kernel (vLLM's Model
+Runner V2); a kernel compiled for a GPU draws out of reach (:data:`TRITON_UNREACHABLE`).
+
 Threads. The global sources are process-wide, so :func:`routed` holds one re-entrant lock for the
 duration of the call (concurrent routed calls run one at a time, each on its own seed or script),
 and a scripted substitute serves only the thread that entered it: another thread calling
@@ -144,6 +149,34 @@ def harness_draws(rng: Any) -> Iterator[None]:
             if moved and method != "harness":
                 counts[method] -= moved
                 counts["harness"] = counts.get("harness", 0) + moved
+
+
+def hashed_replacements(rng: Any, how: str) -> None:
+    """Record on a scripted ``rng`` that the verifier draws its replacement tokens from no random source at all.
+
+    A kernel that samples a replacement by a Gumbel race over a *hash* of (seed, position, token)
+    (vLLM Model Runner V2's ``_resample_kernel``) draws nothing a script can reach; the adapter says
+    so here, ``how`` naming it, and the adversarial probe then counts reach at the acceptance step
+    only (one scripted uniform per tested draft) and says which draws were not scripted.
+    """
+    if is_scripted(rng):
+        _record(rng, "_hashed")["replacements"] = how
+
+
+def out_of_reach(rng: Any, why: str) -> None:
+    """Record on a scripted ``rng`` why the verifier's draws cannot be scripted at all (a GPU kernel's ``tl.rand``)."""
+    if is_scripted(rng):
+        _record(rng, "_hashed")["unreachable"] = why
+
+
+def unreachable(rng: Any) -> str | None:
+    """Return why the verifier's draws are out of the script's reach (:func:`out_of_reach`), or None."""
+    return getattr(rng, "_hashed", {}).get("unreachable")
+
+
+def hashed(rng: Any) -> str | None:
+    """Return how the verifier drew its replacements outside any random source (:func:`hashed_replacements`), or None."""
+    return getattr(rng, "_hashed", {}).get("replacements")
 
 
 def _bypass(rng: Any, source: str) -> None:
@@ -502,6 +535,56 @@ def _python_random(rng: Any, seed: int) -> Iterator[None]:
         inst.setstate(state)
 
 
+#: What a scripted rng cannot reach: Triton kernels compiled for a GPU (``tl.rand`` runs in the kernel).
+TRITON_UNREACHABLE = ("the verifier draws its uniforms inside a compiled Triton kernel (tl.rand, Philox on the "
+                      "device), which no scripted value reaches; under TRITON_INTERPRET=1 (a machine without a GPU) "
+                      "specaudit routes tl.rand to the scripted uniforms")
+
+
+def triton_interpreted() -> bool:
+    """Return True when triton is imported and runs its kernels in the interpreter (``TRITON_INTERPRET=1``)."""
+    import os
+
+    return "triton.language" in sys.modules and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@contextlib.contextmanager
+def _triton_rand(rng: Any) -> Iterator[None]:
+    """Route ``tl.rand`` of Triton kernels run in the interpreter to the scripted ``rng`` (this thread only).
+
+    Under ``TRITON_INTERPRET=1`` a kernel is Python: its ``tl.rand(seed, offset)`` is looked up on
+    ``triton.language`` when it runs. The substitute computes Triton's own draw (shape and dtype)
+    and replaces its values with scripted uniforms, rounded down into [0, 1) of float32 (a float32
+    ``tl.rand`` never returns 1), counted as ``tl.rand`` draws. Compiled (GPU) kernels are out of
+    reach: see :data:`TRITON_UNREACHABLE`.
+    """
+    if not triton_interpreted():
+        yield
+        return
+    tl = sys.modules["triton.language"]
+    real = tl.rand
+    below_one = np.nextafter(np.float32(1.0), np.float32(0.0))
+
+    def rand(seed: Any, offset: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real(seed, offset, *args, **kwargs)
+        source = _current()
+        if source is None:  # another thread's kernel: Triton's own draw
+            return out
+        data = np.asarray(out.handle.data)
+        count = max(int(data.size), 1)
+        values = np.asarray(source.random(count), dtype=np.float64).astype(np.float32).reshape(data.shape)
+        _tally(source, "tl.rand", count)
+        out.handle.data = np.where(values >= 1, below_one, values).astype(data.dtype)
+        return out
+
+    patches = [(tl, "rand", rand)]
+    random_module = sys.modules.get("triton.language.random")
+    if random_module is not None and getattr(random_module, "rand", None) is real:
+        patches.append((random_module, "rand", rand))
+    with _patched(patches):
+        yield
+
+
 @contextlib.contextmanager
 def routed(rng: Any, device: str = "cpu") -> Iterator[int]:
     """Route torch's, numpy's legacy and Python's global random sources to ``rng`` for one call.
@@ -538,6 +621,8 @@ def routed(rng: Any, device: str = "cpu") -> Iterator[int]:
         stack.enter_context(_python_random(rng, seed))
         if "torch" in sys.modules:
             stack.enter_context(_torch_global(rng, seed, device))
+        if is_scripted(rng):
+            stack.enter_context(_triton_rand(rng))
         yield seed
 
 

@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from specaudit.adapters.randomness import bypassed, op_draws
+from specaudit.adapters.randomness import bypassed, hashed, op_draws, unreachable
 from specaudit.adapters.torch import takes_logits
 from specaudit.chains.sampling import sample_rows
 from specaudit.contract.chain import CLAUSES, validate_output
@@ -787,7 +787,12 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
     itself (``harness_draws``: vLLM's bonus) never count. A real generator that advanced during a
     scripted call (:func:`specaudit.adapters.randomness.bypassed`: compiled code, an op the routing
     does not script) means some draws were not the adversarial values. Without reach and without a
-    finding the probe is "not applicable", never "passed".
+    finding the probe is "not applicable", never "passed". A kernel that samples its replacements by
+    a race over a hash of (seed, position, token) draws nothing to script: its adapter says so
+    (:func:`specaudit.adapters.randomness.hashed_replacements`), reach then counts the acceptance
+    step only, and the summary names the unscripted draws; an adapter whose draws are out of reach
+    altogether (a GPU kernel's ``tl.rand``: :func:`~specaudit.adapters.randomness.out_of_reach`)
+    makes the probe "not applicable" with that reason.
     """
     name = "adversarial-uniforms"
     inputs = adversarial_inputs(pr)
@@ -795,6 +800,8 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
     findings: list[str] = []
     classes: set[str] = set()
     draws, coins, seeding, unscripted = 0, [], 0, False
+    beyond: str | None = None  # why its draws cannot be scripted (a kernel compiled for a GPU), as its adapter says
+    how: str | None = None  # the verifier's replacements drawn from no random source (a hash), as its adapter says
     short: list[str] = []  # why a phase did not reach, first phase first
     moved: dict[str, int] = {}
     ops: dict[str, int] = {}
@@ -817,6 +824,8 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
             moved[source] = moved.get(source, 0) + n
         for op, n in op_draws(src).items():
             ops[op] = ops.get(op, 0) + n
+        how = how or hashed(src)
+        beyond = beyond or unreachable(src)
         if out is not None:
             findings += [f"({label}) {z}" for z in _zero_p_emitted(inputs, out, n_out)]
             classes |= _zero_p_classes(inputs, out, n_out)
@@ -837,6 +846,8 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
                         "does not script such as torch.randn / randint / randperm, or a numpy / random function bound before "
                         f"the call); scripted draws per torch op: {_ops_text(ops)}", **data)
     if min(coins) < rows or short:
+        if draws == 0 and beyond:
+            return skipped(name, CONTRACT, beyond, **data)
         if draws == 0:
             why = ("it drew only through Generator methods that ScriptedUniforms does not script"
                    if unscripted else "the verifier never drew from the rng it was given")
@@ -849,6 +860,11 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
                    + (", the rest drawn through methods ScriptedUniforms does not script" if unscripted else ""))
         return skipped(name, CONTRACT, f"{why}, so the adversarial uniforms never reached its acceptance step; {fix}", **data)
     per_op = f"; scripted draws per torch op: {_ops_text(ops)}" if ops else ""
+    if how:
+        return result_of(name, CONTRACT, True, f"{min(coins)}+ scripted uniforms per phase (0.0, 1 - 2**-53) reached the "
+                         f"acceptance step of {rows} rows with a draft (one per tested draft); the replacement tokens are "
+                         f"not scripted ({how}): no token of probability 0, every id in [0, {pr.vocab}) x 2 phases{per_op}",
+                         hashed_replacements=how, **data)
     return result_of(name, CONTRACT, True, f"{min(coins)}+ scripted uniforms per phase (0.0, 1 - 2**-53) reached the "
                    f"acceptance step of {rows} rows with a draft (at least one per tested draft and per replacement): no token "
                    f"of probability 0, every id in [0, {pr.vocab}) x 2 phases{per_op}", **data)
@@ -868,7 +884,7 @@ def _short_of(inputs: Inputs, n_out: np.ndarray, src: ScriptedUniforms, label: s
     ops = op_draws(src)
     if src.coins < tested:
         return [f"({label}) only {src.coins} scripted uniforms reached it for {tested} drafts it tested (one uniform each)"]
-    if src.coins < tested + replaced:
+    if src.coins < tested + replaced and hashed(src) is None:
         return [f"({label}) {src.coins} scripted draws for {tested} tested drafts and {replaced} replacement tokens (one "
                 "uniform per draft and at least one draw per replacement): the replacement tokens were not drawn from the "
                 "script"]

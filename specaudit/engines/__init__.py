@@ -22,11 +22,12 @@ from specaudit.engines.release import Engine, Layout
 from specaudit.errors import TargetLoadError
 from specaudit.registry import Lazy, Registry
 
-__all__ = ["ENGINES", "Engine", "EngineError", "Layout", "describe", "layout_of", "load", "split"]
+__all__ = ["ENGINES", "Engine", "EngineError", "Layout", "describe", "interpreted_samples", "layout_of", "load", "split"]
 
 #: The engines specaudit drives by release (``NAME@VERSION``), in listing order.
 ENGINES: Registry[Engine] = Registry("engine", TargetLoadError)
 ENGINES.register("hf-transformers", Lazy("specaudit.engines.hf:ENGINE"))
+ENGINES.register("vllm", Lazy("specaudit.engines.vllm:ENGINE"))
 ENGINES.register("sglang", Lazy("specaudit.engines.sglang:ENGINE"))
 ENGINES.register("flashinfer", Lazy("specaudit.engines.flashinfer:ENGINE"))
 
@@ -54,6 +55,24 @@ def layout_of(spec: Any) -> Layout | None:
 
     found = split(spec)
     return None if found is None else check_version(*found)
+
+
+def interpreted_samples(spec: Any) -> int | None:
+    """Return the default ``--samples`` of an ``ENGINE@VERSION`` target whose Triton kernels will run in the
+    interpreter here (no CUDA device), None for any other target (a bad version is reported when it loads)."""
+    import os
+
+    from specaudit.engines.loading import has_cuda
+
+    try:
+        layout = layout_of(spec)
+    except TargetLoadError:
+        return None
+    if layout is None or not layout.triton or layout.interpreted_samples is None:
+        return None
+    if os.environ.get("TRITON_INTERPRET") != "1" and has_cuda():
+        return None
+    return layout.interpreted_samples
 
 
 _LOADED: dict[tuple[str, str], Any] = {}

@@ -62,10 +62,8 @@ def record(engine: Engine, version: str, layout: Layout, fetched: Fetched) -> di
         "engine_source": f"{fetched.wheel} (sha256 {fetched.wheel_sha256[:16]}), "
                          f"{member} (sha256 {fetched.files[member][:16]})",
     }
-    if layout.triton and os.environ.get("TRITON_INTERPRET") == "1":
-        out["engine_runtime"] = "Triton interpreter (TRITON_INTERPRET=1)"
-    elif layout.triton and not _has_cuda():  # as _triton_mode decides, in the process that loads the kernel
-        out["engine_runtime"] = "Triton interpreter (no CUDA device: specaudit sets TRITON_INTERPRET=1)"
+    if layout.triton and (os.environ.get("TRITON_INTERPRET") == "1" or not has_cuda()):
+        out["engine_runtime"] = "Triton interpreter (TRITON_INTERPRET=1: no CUDA device)"
     return out
 
 
@@ -103,7 +101,7 @@ def load(engine: Engine, version: str) -> Loaded:
 
 def _installed_cuda(engine: Engine, version: str, layout: Layout) -> Callable[..., Any]:
     """Return a CUDA-only layout's target from the installed release (refused without CUDA or at another version)."""
-    if not _has_cuda():
+    if not has_cuda():
         raise EngineError(f"{engine.name}@{version}: not drivable on this machine (no CUDA device): {layout.cuda_only}")
     try:
         installed = importlib.metadata.version(engine.distribution)
@@ -128,7 +126,7 @@ def _triton_mode(engine: Engine, version: str) -> bool:
     """Return True when Triton's kernels will run in its interpreter (no CUDA device here)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True
-    if _has_cuda():
+    if has_cuda():
         return False
     if "triton" in sys.modules:
         raise EngineError(f"{engine.name}@{version}: its Triton kernels need Triton's interpreter on this machine "
@@ -138,7 +136,7 @@ def _triton_mode(engine: Engine, version: str) -> bool:
     return True
 
 
-def _has_cuda() -> bool:
+def has_cuda() -> bool:
     try:
         import torch
     except ImportError:

@@ -33,6 +33,8 @@ class Layout:
     #: the real files (stand-ins for the rest); None: the target is one function compiled alone (see load.py)
     prepare: Callable[[Path, Path], Path] | None = None
     triton: bool = False  # Triton kernels: run in Triton's interpreter on a machine without a GPU
+    #: the default ``--samples`` where its Triton kernels run in the interpreter (a scenario's own N would take hours)
+    interpreted_samples: int | None = None
     optional: tuple[str, ...] = ()  # files taken when the release has them (none of them needed)
     note: str = ""  # what is known of these releases (one line, shown by `specaudit engines`)
     #: why the verifier runs only on a CUDA device (empty: it runs here). Such a layout is never laid out

@@ -290,8 +290,10 @@ def engine_label(environment: Mapping[str, Any]) -> str | None:
     if not name:
         return None
     label = f"{name} {environment.get('engine_version', '?')}"
-    source = ", ".join(str(environment[k]) for k in ("engine_source", "engine_runtime") if environment.get(k))
-    return f"{label} ({source})" if source else label
+    source = environment.get("engine_source")
+    label = f"{label} ({source})" if source else label
+    runtime = environment.get("engine_runtime")  # e.g. its Triton kernels run in Triton's interpreter
+    return f"{label}, {runtime}" if runtime else label
 
 
 @dataclass(frozen=True)
