@@ -195,7 +195,7 @@ def test_plan_says_a_zoo_mutant_is_not_plannable(cli, mutant, zoo):
     res = cli("plan", "-s", "markov-v4", "--mutant", mutant)
     assert res.exit_code == ExitCode.USAGE_ERROR, res.output
     assert f"--mutant: {mutant} is {zoo}" in res.output and "unknown mutant" not in res.output
-    assert "plan answers for chain mutants on probs-contract scenarios; allowed: resample_from_p" in res.output
+    assert "plan answers for chain mutants on probs-contract scenarios and draft-vocabulary mutants; allowed: resample_from_p" in res.output
     unknown = cli("plan", "-s", "markov-v4", "--mutant", "resample_from_q")  # a typo is still unknown
     assert unknown.exit_code == ExitCode.USAGE_ERROR and "did you mean 'resample_from_p'" in unknown.output
 
