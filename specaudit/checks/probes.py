@@ -63,6 +63,7 @@ from specaudit.adapters.torch import takes_logits
 from specaudit.chains.sampling import sample_rows
 from specaudit.contract.chain import CLAUSES, validate_output
 from specaudit.contract.logits import LogitsParams
+from specaudit.checks.replay import Call, replay, source_of
 from specaudit.contract.uniforms import ScriptedUniforms
 from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
 from specaudit.results import Category, CheckResult, Status
@@ -72,6 +73,8 @@ from specaudit.stats import gof as stats
 PROBE_ROWS = 64
 #: Floats one probe input may hold (q and p): a large vocabulary gets fewer rows (at least 4).
 PROBE_FLOATS = 4_000_000
+#: Floats (q and p) a recorded failing call may keep when its failing row alone does not fail again.
+CALL_FLOATS = 20_000
 #: float32 unit roundoff, 2**-24: the relative error of one float32 operation (Higham 2002, eq. 2.4).
 F32_UNIT = 2.0**-24
 #: Draft configurations (target row, greedy draft) of the greedy-drafter corner.
@@ -164,6 +167,7 @@ class Prober:
         self.moved: dict[str, int] = {"numpy": 0, "python": 0}
         self.watch = False
         self.deterministic: bool | None = None  # the determinism probe's same-seed verdict, reused by padding
+        self.last: tuple[Inputs, dict[str, Any] | None] | None = None  # the last call's inputs and random source
 
     def rng(self, tag: str) -> np.random.Generator:
         """Return a Generator fixed by the scenario seed and ``tag``."""
@@ -172,6 +176,7 @@ class Prober:
     def call(self, inputs: Inputs, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Call the verifier on a copy of ``inputs``; return validated ``(out, n_out)``; record breaches and writes."""
         given = inputs.copy()  # the verifier gets a copy: ``inputs`` stays pristine for the checks
+        self.last = (inputs, source_of(rng))
         watch = self.watch
         if watch:
             np_state, py_state = np.random.get_state(legacy=False), _pyrandom.getstate()
@@ -193,6 +198,22 @@ class Prober:
         except ContractError as exc:
             self.breaches.append((self.check, exc.clause, exc.detail))
             raise
+
+    def record(self, rule: str) -> dict[str, Any] | None:
+        """Return the last call as a replayable failing call (``Call.to_dict``): its failing row alone when
+        that row fails again by itself, else the whole call if small; None when a replay does not fail again."""
+        if self.last is None or self.last[1] is None or self.logits_input:
+            return None
+        inputs, source = self.last
+        whole = Call(inputs.draft, inputs.q, inputs.p, inputs.num_draft, source, rule)
+        found = replay(self.verify, whole)
+        if found is None:
+            return None  # the verifier's output does not follow from its inputs and rng alone
+        one = whole.rows(found.row)
+        again = replay(self.verify, one)
+        if again is not None:
+            return one.judged(again).to_dict()
+        return whole.judged(found).to_dict() if inputs.q.size + inputs.p.size <= CALL_FLOATS else None
 
     # ---- input builders -------------------------------------------------------------------
 
@@ -286,10 +307,12 @@ def _one_token_rows(name: str, pr: Prober, inputs: Inputs, what: str) -> CheckRe
     bad = np.flatnonzero(n_out != 1)
     if bad.size:
         b = int(bad[0])
-        return result_of(name, CONTRACT, False, f"{what}: row {b} emitted {n_out[b]} tokens, expected exactly 1", rows=bad[:10].tolist())
+        return result_of(name, CONTRACT, False, f"{what}: row {b} emitted {n_out[b]} tokens, expected exactly 1", rows=bad[:10].tolist(),
+                         call=pr.record("accept-all"))
     zero = _zero_p_emitted(inputs, out, n_out)
     if zero:
-        return result_of(name, CONTRACT, False, f"{what}: {zero[0]} ({len(zero)} rows)", rows=zero[:10])
+        return result_of(name, CONTRACT, False, f"{what}: {zero[0]} ({len(zero)} rows)", rows=zero[:10],
+                         call=pr.record("p-positive"))
     return result_of(name, CONTRACT, True, f"{what}: one token per row, each with p > 0 ({inputs.draft.shape[0]} rows)")
 
 
@@ -337,7 +360,7 @@ def corner_p_equals_q(pr: Prober) -> CheckResult:
                  f"({bad.size} of {n_out.size} rows)")
         if not pr.logits_input:
             return result_of(name, EFFICIENCY, False, f"{where}: a draft with p = q must always be accepted, then a bonus drawn",
-                           rows=bad[:10].tolist(), source=label)
+                           rows=bad[:10].tolist(), source=label, call=pr.record("accept-all"))
         if isinstance(rng, ConstantUniforms):
             return result_of(
                 name, EFFICIENCY, False,
@@ -433,10 +456,12 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
     inputs.draft[hit] = top[:, :k][hit]
     run = np.cumprod(valid & (inputs.draft == top[:, :k]), axis=1).sum(axis=1)
     token_fail = run_fail = None
+    calls: dict[str, Any] = {}
     for label, src in rng_sources(pr, "one-hot"):
         out, n_out = pr.call(inputs.copy(), src)
         wrong = _emitted(n_out, k + 1) & (out != top)
         if token_fail is None and wrong.any():
+            calls["token"] = pr.record("argmax")
             b, j = (int(x) for x in np.argwhere(wrong)[0])
             token_fail = (
                 f"one-hot target ({label}): row {b} position {j} emitted {out[b, j]}, the target's only token is "
@@ -445,6 +470,7 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
             )
         short = np.flatnonzero(n_out != run + 1)
         if run_fail is None and short.size:
+            calls["run"] = pr.record("argmax-run")
             b = int(short[0])
             run_fail = (
                 f"one-hot target ({label}): row {b} accepted {n_out[b] - 1} drafts, the run of drafts equal to the "
@@ -452,9 +478,11 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
             )
     return [
         result_of("corner-one-hot", CONTRACT, token_fail is None,
-                token_fail or f"one-hot target: every emitted token is the argmax ({b_count} ragged rows x 3 uniform sources)"),
+                token_fail or f"one-hot target: every emitted token is the argmax ({b_count} ragged rows x 3 uniform sources)",
+                **({"call": calls["token"]} if token_fail else {})),
         result_of("corner-one-hot-run", EFFICIENCY, run_fail is None,
-                run_fail or "one-hot target: accepted count = run of drafts equal to the argmax, replacement = argmax"),
+                run_fail or "one-hot target: accepted count = run of drafts equal to the argmax, replacement = argmax",
+                **({"call": calls["run"]} if run_fail else {})),
     ]
 
 
@@ -805,6 +833,7 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
     short: list[str] = []  # why a phase did not reach, first phase first
     moved: dict[str, int] = {}
     ops: dict[str, int] = {}
+    call: dict[str, Any] | None = None  # the first failing call, replayable
     for start in (0, 1):
         src = ScriptedUniforms(start, seed=pr.seed)
         label = "0.0 first" if start == 0 else "1 - 2**-53 first"
@@ -815,6 +844,7 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
                 raise
             findings.append(f"[vocab-range] ({label}) {exc.detail}")
             classes.add("vocab-range")
+            call = call or pr.record("clause:vocab-range")
             out = None
         draws += src.draws
         coins.append(src.coins)
@@ -827,13 +857,16 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
         how = how or hashed(src)
         beyond = beyond or unreachable(src)
         if out is not None:
-            findings += [f"({label}) {z}" for z in _zero_p_emitted(inputs, out, n_out)]
+            zero = _zero_p_emitted(inputs, out, n_out)
+            if zero and call is None:
+                call = pr.record("p-positive")
+            findings += [f"({label}) {z}" for z in zero]
             classes |= _zero_p_classes(inputs, out, n_out)
             short += _short_of(inputs, n_out, src, label)
     data = {"draws": draws, "coins": coins, "op_draws": ops, "bypassed": moved}
     if findings:
         return result_of(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
-                       f"{_boundary_class(classes)}", findings=findings[:20], classes=sorted(classes), **data)
+                       f"{_boundary_class(classes)}", findings=findings[:20], classes=sorted(classes), call=call, **data)
     fix = ("wrap the call in specaudit.adapters.randomness.routed(rng) (it routes torch, numpy's global RNG and Python's "
            "random to the scripted rng), or substitute specaudit.contract.uniforms.ScriptedUniforms for a framework's own "
            "random source")
@@ -1009,7 +1042,9 @@ def probe_all(pr: Any, plan: list[tuple[str, Category, Callable[[Any], Any]]], g
         try:
             found = probe(pr)
         except ContractError as exc:
-            found = result_of(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause)
+            record = getattr(pr, "record", None)
+            found = result_of(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause,
+                              call=record(f"clause:{exc.clause}") if record is not None else None)
         except VerifierCrash as exc:
             found = crashed(name, category, exc)
             crashes.append(exc)
