@@ -713,7 +713,7 @@ def repro(results: str, out_dir: str) -> None:
         b0, k0, v0 = r.shrunk.before
         b1, k1, v1 = r.shrunk.after
         click.echo(f"wrote {visible(Path(out_dir) / r.name)}: {r.finding.scenario} / {r.finding.check}, shrunk from "
-                   f"{b0} rows, K = {k0}, V = {v0} to {b1} row(s), K = {k1}, V = {v1}")
+                   f"{b0} row(s), K = {k0}, V = {v0} to {b1} row(s), K = {k1}, V = {v1}")
     for name in gone:
         click.echo(f"{name}: the recorded call no longer fails on {doc.get('target')}: not written")
     for name in without:

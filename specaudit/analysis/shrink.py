@@ -7,7 +7,7 @@ fed (:func:`specaudit.checks.replay.replay`: a fresh source in the recorded stat
 only when the same rule is still broken. Steps, in order:
 
 1. rows: each failing row alone (the first that fails by itself);
-2. drafts: ``num_draft`` lowered, then K cut to ``num_draft`` (p keeps positions 0..num_draft);
+2. drafts: K and ``num_draft`` cut to the smallest pair that fails (p keeps positions 0..K);
 3. vocabulary: a token removed from every row (its mass renormalised over the rest; ids above it
    renumbered down) while one can be;
 4. probabilities: every row rounded to the fewest decimals (1 to 6) that keep the failure, zeros
@@ -60,7 +60,7 @@ def shrink(verify: Callable[..., Any], call: Call, budget: int = 400) -> Shrunk:
     current = fails(call.with_inputs(call.draft, call.q, call.p, call.num_draft))
     if current is None:
         raise ValueError(f"the recorded call does not fail on this target (rule: {call.rule})")
-    before = call.shape
+    before = call.origin or call.shape
     current = _rows(current, fails)
     current = _drafts(current, fails)
     current = _vocab(current, fails)
@@ -85,17 +85,15 @@ def _cut(call: Call, nd: np.ndarray, k: int) -> Call:
 
 
 def _drafts(call: Call, fails: Callable[[Call], Call | None]) -> Call:
-    """Lower num_draft to the fewest that fails, then cut K to the largest num_draft left."""
-    for nd in range(0, int(call.num_draft.max(initial=0))):
-        found = fails(call.with_inputs(call.draft, call.q, call.p, np.minimum(call.num_draft, nd)))
-        if found is not None:
-            call = found
-            break
-    k = int(call.num_draft.max(initial=0))
-    if k < call.shape[1]:
-        found = fails(_cut(call, call.num_draft, k))
-        if found is not None:
-            call = found
+    """Cut K and num_draft to the smallest pair that fails (K first: the fewest slots, then the fewest drafts)."""
+    top = int(call.num_draft.max(initial=0))
+    for k in range(0, call.shape[1] + 1):
+        for nd in range(0, min(k, top) + 1):
+            if k == call.shape[1] and nd == top:
+                return call
+            found = fails(_cut(call, np.minimum(call.num_draft, nd), k))
+            if found is not None:
+                return found
     return call
 
 

@@ -168,6 +168,7 @@ class Prober:
         self.watch = False
         self.deterministic: bool | None = None  # the determinism probe's same-seed verdict, reused by padding
         self.last: tuple[Inputs, dict[str, Any] | None] | None = None  # the last call's inputs and random source
+        self.breach_call: dict[str, Any] | None = None  # the first contract breach's call, replayable
 
     def rng(self, tag: str) -> np.random.Generator:
         """Return a Generator fixed by the scenario seed and ``tag``."""
@@ -196,15 +197,18 @@ class Prober:
         try:
             return validate_output(result, inputs.draft, inputs.num_draft, self.vocab)
         except ContractError as exc:
+            if not self.breaches:
+                self.breach_call = self.record(f"clause:{exc.clause}")
             self.breaches.append((self.check, exc.clause, exc.detail))
             raise
 
-    def record(self, rule: str) -> dict[str, Any] | None:
-        """Return the last call as a replayable failing call (``Call.to_dict``): its failing row alone when
-        that row fails again by itself, else the whole call if small; None when a replay does not fail again."""
-        if self.last is None or self.last[1] is None or self.logits_input:
+    def record(self, rule: str, last: tuple[Inputs, dict[str, Any] | None] | None = None) -> dict[str, Any] | None:
+        """Return the last call (or ``last``) as a replayable failing call (``Call.to_dict``): its failing row alone
+        when that row fails again by itself, else the whole call if small; None when a replay does not fail again."""
+        last = self.last if last is None else last
+        if last is None or last[1] is None or self.logits_input:
             return None
-        inputs, source = self.last
+        inputs, source = last
         whole = Call(inputs.draft, inputs.q, inputs.p, inputs.num_draft, source, rule)
         found = replay(self.verify, whole)
         if found is None:
@@ -490,8 +494,11 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
 SMALL_BATCHES = (1, 2, 3, 5, 7, 15)
 
 
-def _in_batches(pr: Prober, inputs: Inputs, src: np.random.Generator, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Call the verifier on ``inputs`` cut into batches of ``sizes`` rows (cycled); return the joined outputs."""
+def _in_batches(pr: Prober, inputs: Inputs, src: np.random.Generator, sizes: tuple[int, ...],
+                calls: list[tuple[int, int, Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Call the verifier on ``inputs`` cut into batches of ``sizes`` rows (cycled); return the joined outputs.
+
+    ``calls``, when given, gets (start, stop, the call as :attr:`Prober.last`) of each batch."""
     b_count = inputs.draft.shape[0]
     out = np.full((b_count, pr.k + 1), -1, dtype=np.int64)
     n_out = np.zeros(b_count, dtype=np.int64)
@@ -501,6 +508,8 @@ def _in_batches(pr: Prober, inputs: Inputs, src: np.random.Generator, sizes: tup
         part = Inputs(inputs.draft[start:stop].copy(), inputs.q[start:stop].copy(), inputs.p[start:stop].copy(),
                       inputs.num_draft[start:stop].copy())
         out[start:stop], n_out[start:stop] = pr.call(part, src)
+        if calls is not None:
+            calls.append((start, stop, pr.last))
         start, i = stop, i + 1
     return out, n_out
 
@@ -538,21 +547,35 @@ def small_batches(pr: Prober) -> list[CheckResult]:
     sizes = "/".join(map(str, SMALL_BATCHES))
     tokens: list[str] = []
     runs: list[str] = []
+    recorded: dict[str, Any] = {}
+
+    def batch_of(b: int) -> Any:
+        return next(last for lo, hi, last in batches if lo <= b < hi)
+
     for s in range(2):
-        out, n_out = _in_batches(pr, inputs, pr.rng(f"small/seed{s}"), SMALL_BATCHES)
+        batches: list[tuple[int, int, Any]] = []
+        out, n_out = _in_batches(pr, inputs, pr.rng(f"small/seed{s}"), SMALL_BATCHES, batches)
         emitted = _emitted(n_out, k + 1)
         mass = np.take_along_axis(inputs.p, np.where(emitted, out, 0)[..., None], axis=2)[..., 0]
-        for b, j in np.argwhere(emitted & (mass <= 0))[:3].tolist():
+        zero = np.argwhere(emitted & (mass <= 0))
+        if zero.size and "token" not in recorded:
+            recorded["token"] = pr.record("p-positive", batch_of(int(zero[0][0])))
+        forced = np.flatnonzero(n_out != run + 1)
+        if forced.size and "run" not in recorded:
+            recorded["run"] = pr.record("forced-run", batch_of(int(forced[0])))
+        for b, j in zero[:3].tolist():
             tokens.append(f"row {b} emitted token {out[b, j]} at position {j}, of probability 0 in p there "
                           f"(output {out[b, : n_out[b]].tolist()}, drafts {inputs.draft[b].tolist()})")
-        for b in np.flatnonzero(n_out != run + 1)[:3].tolist():
+        for b in forced[:3].tolist():
             runs.append(f"row {b} accepted {n_out[b] - 1} drafts where p and q force {run[b]}")
     where = f"in batches of {sizes} rows"
     return [
         result_of(name, CONTRACT, not tokens, f"{where}: {tokens[0]}; {len(tokens)} finding(s)" if tokens else
-                  f"{rows} rows {where}, 2 seeds: no token of probability 0", findings=tokens[:20]),
+                  f"{rows} rows {where}, 2 seeds: no token of probability 0", findings=tokens[:20],
+                  **({"call": recorded.get("token")} if tokens else {})),
         result_of(run_name, EFFICIENCY, not runs, f"{where}: {runs[0]}; {len(runs)} finding(s)" if runs else
-                  f"{rows} rows {where}, 2 seeds: every forced accept and reject held", findings=runs[:20]),
+                  f"{rows} rows {where}, 2 seeds: every forced accept and reject held", findings=runs[:20],
+                  **({"call": recorded.get("run")} if runs else {})),
     ]
 
 
@@ -986,7 +1009,7 @@ def contract_clauses(pr: Prober) -> CheckResult:
         return result_of(
             name, CONTRACT, False,
             f"clause(s) {', '.join(clauses)} broken on {len(pr.breaches)} call(s); first in {where}: [{clause}] {message}",
-            clauses=clauses,
+            clauses=clauses, call=getattr(pr, "breach_call", None),
         )
     return result_of(name, CONTRACT, True, f"all {len(CLAUSES)} clauses held on {pr.calls} calls ({pr.rows:,} rows)")
 

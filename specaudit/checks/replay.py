@@ -35,6 +35,7 @@ RULES: dict[str, str] = {
     "accept-all": "with p = q every draft is accepted (u q < p for any u < 1), so n_out = num_draft + 1",
     "argmax": "with a one-hot target every emitted token is the target's only token (its argmax)",
     "argmax-run": "with a one-hot target the accepted count is the run of drafts equal to the argmax",
+    "forced-run": "a draft with p >= q > 0 is always accepted and one with p = 0 never (accept iff u < p/q, u < 1)",
     **{f"clause:{cid}": text for cid, text in CLAUSES.items()},
 }
 #: Kinds of random source a call can be replayed through.
@@ -62,6 +63,7 @@ class Call:
     rule: str
     expected: str = ""
     got: str = ""
+    origin: tuple[int, int, int] | None = None  # (rows, K, V) of the probe's call this one was cut from
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -71,7 +73,7 @@ class Call:
     def with_inputs(self, draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray) -> Call:
         """Return the same call on other inputs (no verdict yet)."""
         return Call(np.asarray(draft, np.int64), np.asarray(q, np.float64), np.asarray(p, np.float64),
-                    np.asarray(num_draft, np.int64), self.source, self.rule)
+                    np.asarray(num_draft, np.int64), self.source, self.rule, origin=self.origin or self.shape)
 
     def rows(self, index: Any) -> Call:
         """Return the call restricted to rows ``index``."""
@@ -81,13 +83,13 @@ class Call:
     def judged(self, found: Violation) -> Call:
         """Return the call carrying ``found``'s expected and got."""
         return Call(self.draft, self.q, self.p, self.num_draft, self.source, self.rule,
-                    f"row {found.row}: {found.expected}", f"row {found.row}: {found.got}")
+                    f"row {found.row}: {found.expected}", f"row {found.row}: {found.got}", self.origin)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (the ``call`` entry of a check's data)."""
         return {"rule": self.rule, "rule_text": RULES[self.rule], "expected": self.expected, "got": self.got,
                 "source": _plain(dict(self.source)), "draft": self.draft.tolist(), "q": self.q.tolist(),
-                "p": self.p.tolist(), "num_draft": self.num_draft.tolist()}
+                "p": self.p.tolist(), "num_draft": self.num_draft.tolist(), "origin": list(self.origin or self.shape)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Call:
@@ -114,7 +116,12 @@ class Call:
                 or p.shape[:2] != (b, draft.shape[1] + 1) or q.shape[-1] != p.shape[-1]:
             raise ValueError(f"call inputs have inconsistent shapes: draft {draft.shape}, q {q.shape}, p {p.shape}, "
                              f"num_draft {nd.shape}")
-        return cls(draft, q, p, nd, dict(source), rule, str(d.get("expected", "")), str(d.get("got", "")))
+        origin = d.get("origin")
+        if origin is not None and (not isinstance(origin, list) or len(origin) != 3
+                                   or not all(isinstance(x, int) and x >= 0 for x in origin)):
+            raise ValueError(f"call.origin must be [rows, K, V], got {origin!r:.60}")
+        return cls(draft, q, p, nd, dict(source), rule, str(d.get("expected", "")), str(d.get("got", "")),
+                   tuple(origin) if origin is not None else None)  # type: ignore[arg-type]
 
 
 def _plain(value: Any) -> Any:
@@ -177,6 +184,14 @@ def violation(rule: str, call: Call, result: Any) -> Violation | None:
             return None
         b = int(bad[0])
         return Violation(b, f"n_out = num_draft + 1 = {int(call.num_draft[b]) + 1}", f"n_out = {int(n_out[b])}")
+    if rule == "forced-run":
+        lo, exact = forced(call)
+        bad = np.flatnonzero((n_out - 1 < lo) | (exact & (n_out - 1 != lo)))
+        if not bad.size:
+            return None
+        b = int(bad[0])
+        want = f"{int(lo[b])}" if exact[b] else f">= {int(lo[b])}"
+        return Violation(b, f"accepted drafts {want}", f"accepted {int(n_out[b]) - 1}")
     top = np.argmax(call.p, axis=2)
     if rule == "argmax":
         bad = np.argwhere(emitted & (out != top))
@@ -193,6 +208,19 @@ def violation(rule: str, call: Call, result: Any) -> Violation | None:
         b = int(bad[0])
         return Violation(b, f"n_out = run + 1 = {int(run[b]) + 1}", f"n_out = {int(n_out[b])}")
     raise ValueError(f"unknown rule {rule!r}")
+
+
+def forced(call: Call) -> tuple[np.ndarray, np.ndarray]:
+    """Return per row the run of leading drafts the chain rule must accept (p >= q, p > 0), and whether the
+    accepted count must equal it (the run ends at num_draft or at a draft with p = 0, which must be rejected)."""
+    k = call.draft.shape[1]
+    at = np.where(np.arange(k)[None, :] < call.num_draft[:, None], call.draft, 0)[..., None]
+    p_x = np.take_along_axis(call.p[:, :k], at, axis=2)[..., 0]
+    q_x = np.take_along_axis(call.q, at, axis=2)[..., 0]
+    valid = np.arange(k)[None, :] < call.num_draft[:, None]
+    lo = np.cumprod(valid & (p_x >= q_x) & (p_x > 0), axis=1).sum(axis=1)
+    stop = np.take_along_axis(np.pad(p_x, ((0, 0), (0, 1)), constant_values=0.0), lo[:, None], axis=1)[:, 0]
+    return lo, (lo == call.num_draft) | (stop <= 0)
 
 
 def replay(verify: Callable[..., Any], call: Call) -> Violation | None:

@@ -158,6 +158,18 @@ _CHECKS = {
     valid = np.arange(k)[None, :] < NUM_DRAFT[:, None]
     expected = np.cumprod(valid & (DRAFT == top[:, :k]), axis=1).sum(axis=1) + 1
     assert np.array_equal(n_out, expected), f"expected n_out = {expected.tolist()}, got {n_out.tolist()} (output {out.tolist()}): {RULE}"''',
+    "forced-run": '''\
+    k = DRAFT.shape[1]
+    valid = np.arange(k)[None, :] < NUM_DRAFT[:, None]
+    at = np.where(valid, DRAFT, 0)[..., None]
+    p_x = np.take_along_axis(P[:, :k], at, axis=2)[..., 0]
+    q_x = np.take_along_axis(Q, at, axis=2)[..., 0]
+    must = np.cumprod(valid & (p_x >= q_x) & (p_x > 0), axis=1).sum(axis=1)  # leading drafts it must accept
+    stop = np.take_along_axis(np.pad(p_x, ((0, 0), (0, 1))), must[:, None], axis=1)[:, 0]
+    exact = (must == NUM_DRAFT) | (stop <= 0)  # the run ends at num_draft or at a p = 0 draft (must be rejected)
+    accepted = n_out - 1
+    bad = (accepted < must) | (exact & (accepted != must))
+    assert not bad.any(), f"expected accepted drafts {must.tolist()} (exactly: {exact.tolist()}), got {accepted.tolist()}: {RULE}"''',
 }
 
 _CLAUSE_CHECK = '''\
@@ -317,7 +329,7 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any]) -> s
         scenario=f.scenario, check=f.check, rule_text=RULES[rule], version=doc.get("version", "?"),
         run_target=doc.get("target", "?"), summary=summary.replace('"""', "'''").replace("\\", "\\\\"),
         before=_shape_text(shrunk.before), after=_shape_text(shrunk.after),
-        decimals=f", probabilities rounded to {shrunk.decimals} decimals" if shrunk.decimals is not None else "",
+        decimals=f", probabilities rounded to {shrunk.decimals} decimal(s)" if shrunk.decimals is not None else "",
         replays=shrunk.replays, name=f"test_repro_{_slug(f.scenario)}_{_slug(f.check)}.py", variable=TARGET_VARIABLE,
         target=target, draft=_array(call.draft, " " * 17), q=_array(call.q, " " * 13), p=_array(call.p, " " * 13),
         num_draft=json.dumps(call.num_draft.tolist()), source=source, check_code=check_code,
