@@ -48,7 +48,6 @@ def _shifted(original: Callable[..., Any]) -> Callable[..., Any]:
 
 @MUTANTS.register("draft-probs-unprocessed")
 def _unprocessed(original: Callable[..., Any]) -> Callable[..., Any]:
-    import torch
 
     def _generate_candidates(self: Any, generation_args: dict) -> tuple[Any, Any]:
         ids, logits = original(self, generation_args)
@@ -71,8 +70,8 @@ def applied(name: str | None) -> Iterator[None]:
     from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
     original = AssistedCandidateGenerator.__dict__["_generate_candidates"]
-    AssistedCandidateGenerator._generate_candidates = patch(original)  # type: ignore[method-assign]
+    AssistedCandidateGenerator._generate_candidates = patch(original)
     try:
         yield
     finally:
-        AssistedCandidateGenerator._generate_candidates = original  # type: ignore[method-assign]
+        AssistedCandidateGenerator._generate_candidates = original
