@@ -1,4 +1,8 @@
-"""The README is the truth: every command in its fenced bash blocks runs and exits as the README says.
+"""The README and the docs are the truth: every command in their fenced bash blocks runs and exits as they say.
+
+The files read are README.md and every ``docs/*.md`` page (the MkDocs site), as one text: "the
+README" below means all of them. A bash block that appears twice, word for word (the quick start
+is in README.md and in docs/index.md), runs once.
 
 Each ``bash`` block is read line by line. A line is a shell command, ``&&`` chains included, with an
 optional ``# comment``; the comment states the exit code of a command that does not exit 0
@@ -43,7 +47,9 @@ from specaudit.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-TEXT = README.read_text()
+SOURCES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+TEXTS = {path.relative_to(ROOT).as_posix(): path.read_text() for path in SOURCES}
+TEXT = "\n".join(TEXTS.values())
 DIST_NAME = "specaudit-verifiers"  # [project] name in pyproject.toml: free on PyPI, checked 2026-12-01
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -104,9 +110,15 @@ NEEDS = {"--backend ray": "ray", "hf-transformers": "torch", "--adapter torch": 
 class Line:
     """One command line of a bash block."""
 
-    number: int  # line number in README.md
+    number: int  # line number in its file
     text: str  # the command, without its comment
     comment: str
+    path: str = "README.md"  # the file, relative to the repository root
+
+    @property
+    def where(self) -> str:
+        """Return ``path:line`` for messages and test ids."""
+        return f"{self.path}:{self.number}"
 
     @property
     def exit_code(self) -> int:
@@ -130,11 +142,17 @@ class Line:
 
 @dataclass(frozen=True)
 class Block:
-    """A fenced block of README.md."""
+    """A fenced block of README.md or of a docs page."""
 
     number: int  # line number of the opening fence
     lang: str
     body: str
+    path: str = "README.md"
+
+    @property
+    def where(self) -> str:
+        """Return ``path:line`` of the opening fence."""
+        return f"{self.path}:{self.number}"
 
     def lines(self) -> list[Line]:
         """Return the command lines of a bash block."""
@@ -143,17 +161,19 @@ class Block:
             if not raw.strip():
                 continue
             command, _, comment = raw.partition("  #") if "  #" in raw else (raw, "", "")
-            out.append(Line(self.number + 1 + i, command.strip(), comment.strip()))
+            out.append(Line(self.number + 1 + i, command.strip(), comment.strip(), self.path))
         return out
 
 
 def blocks(lang: str) -> list[Block]:
-    """Return the README's fenced blocks of one language."""
-    return [Block(TEXT[: m.start()].count("\n") + 1, m.group(1), m.group(2))
-            for m in FENCE.finditer(TEXT) if m.group(1) == lang]
+    """Return the fenced blocks of one language of README.md and the docs pages, in that order."""
+    return [Block(text[: m.start()].count("\n") + 1, m.group(1), m.group(2), path)
+            for path, text in TEXTS.items() for m in FENCE.finditer(text) if m.group(1) == lang]
 
 
 BASH = blocks("bash")
+# a block repeated word for word (README.md's quick start is docs/index.md's) runs at its first place only
+UNIQUE_BASH = [b for i, b in enumerate(BASH) if all(b.body != a.body for a in BASH[:i])]
 
 
 def scenario_example() -> str:
@@ -212,10 +232,10 @@ def run_specaudit(words: list[str], line: Line) -> int:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), str(ROOT)])}
         proc = subprocess.run([sys.executable, *words[1:]], env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == line.exit_code, (
-            f"README line {line.number}: `{line.text}` exited {proc.returncode}, the README says {line.exit_code}\n"
+            f"{line.where}: `{line.text}` exited {proc.returncode}, the docs say {line.exit_code}\n"
             f"{(proc.stdout + proc.stderr)[-3000:]}")
         return proc.returncode
-    assert words[0] == "specaudit", f"README line {line.number}: {words[0]!r} is not a specaudit command"
+    assert words[0] == "specaudit", f"{line.where}: {words[0]!r} is not a specaudit command"
     out_file = None
     if ">" in words:
         i = words.index(">")
@@ -233,7 +253,7 @@ def run_specaudit(words: list[str], line: Line) -> int:
         Path(out_file).write_text(stdout)
     expected = line.exit_code
     assert code == expected, (
-        f"README line {line.number}: `{line.text}` exited {code}, the README says {expected}\n{output[-3000:]}")
+        f"{line.where}: `{line.text}` exited {code}, the docs say {expected}\n{output[-3000:]}")
     return code
 
 
@@ -242,7 +262,7 @@ def runnable(block: Block) -> list[Line]:
     return [ln for ln in block.lines() if ln.skip_reason() is None and ln.text not in SLOW]
 
 
-@pytest.mark.parametrize("block", [b for b in BASH if runnable(b)], ids=lambda b: f"line{b.number}")
+@pytest.mark.parametrize("block", [b for b in UNIQUE_BASH if runnable(b)], ids=lambda b: b.where)
 def test_readme_bash_block_runs_and_exits_as_stated(block: Block, project: Path) -> None:
     for line in runnable(block):
         for words in argv(line):
@@ -253,8 +273,8 @@ def test_readme_bash_block_runs_and_exits_as_stated(block: Block, project: Path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("line", [ln for b in BASH for ln in b.lines() if ln.text in SLOW and ln.skip_reason() is None],
-                         ids=lambda ln: f"line{ln.number}")
+@pytest.mark.parametrize("line", [ln for b in UNIQUE_BASH for ln in b.lines()
+                                  if ln.text in SLOW and ln.skip_reason() is None], ids=lambda ln: ln.where)
 def test_readme_slow_line_runs_and_exits_as_stated(line: Line, project: Path) -> None:
     for words in argv(line):
         if words[:2] != ["pip", "install"]:
@@ -279,12 +299,12 @@ def check_artefacts(line: Line, project: Path) -> None:
         assert "vocab" in json.loads((project / "scenario.schema.json").read_text())["properties"]
 
 
-SKIPPED = [ln for b in BASH for ln in b.lines() if ln.skip_reason() is not None]
+SKIPPED = [ln for b in UNIQUE_BASH for ln in b.lines() if ln.skip_reason() is not None]
 
 
-@pytest.mark.parametrize("line", SKIPPED, ids=lambda ln: f"line{ln.number}")
+@pytest.mark.parametrize("line", SKIPPED, ids=lambda ln: ln.where)
 def test_readme_line_that_cannot_run_here(line: Line) -> None:
-    pytest.skip(f"README line {line.number} `{line.text}`: {line.skip_reason()}")
+    pytest.skip(f"{line.where} `{line.text}`: {line.skip_reason()}")
 
 
 def test_smaller_runs_name_readme_lines() -> None:
@@ -293,7 +313,7 @@ def test_smaller_runs_name_readme_lines() -> None:
     assert set(SMALLER) | SLOW <= lines, (set(SMALLER) | SLOW) - lines
 
 
-@pytest.mark.parametrize("line", [ln for b in BASH for ln in b.lines()], ids=lambda ln: f"line{ln.number}")
+@pytest.mark.parametrize("line", [ln for b in BASH for ln in b.lines()], ids=lambda ln: ln.where)
 def test_what_runs_is_the_readme_line_but_for_sizes(line: Line) -> None:
     """``argv`` changes nothing but --samples / --seeds / the selftest's -s of the README line."""
     sized = {"--samples", "--seeds"} | ({"-s"} if line.text in SMALLER and "-s" in SMALLER[line.text] else set())
@@ -315,9 +335,9 @@ def test_what_runs_is_the_readme_line_but_for_sizes(line: Line) -> None:
 
 def test_install_lines_install_this_project() -> None:
     """Every `pip install` of the README installs this checkout (or the distribution name, which is ours)."""
-    installs = [(b.number, cmd) for b in blocks("bash") + blocks("yaml")
+    installs = [(b.where, cmd) for b in blocks("bash") + blocks("yaml")
                 for cmd in re.findall(r"pip install [^&#\n]*", b.body)]
-    installs += [(0, cmd) for cmd in re.findall(r"`(pip install [^`]*)`", TEXT)]
+    installs += [("inline", cmd) for cmd in re.findall(r"`(pip install [^`]*)`", TEXT)]
     assert len(installs) >= 4
     for number, cmd in installs:
         words = shlex.split(cmd)[2:]
@@ -325,7 +345,7 @@ def test_install_lines_install_this_project() -> None:
         assert specs, cmd
         for spec in specs:
             this = re.fullmatch(r"\.(\[[\w,-]+\])?|\./[\w.-]+(\[[\w,-]+\])?", spec) or spec.startswith(DIST_NAME)
-            assert this, f"README line {number}: `{cmd}` installs {spec!r}, not this project"
+            assert this, f"{number}: `{cmd}` installs {spec!r}, not this project"
     assert not re.search(r"pip install '?specaudit[\[' ]", TEXT), "`pip install specaudit` is someone else's package"
 
 
@@ -348,7 +368,7 @@ def test_distribution_name_is_ours() -> None:
 def test_readme_python_api_example(project: Path) -> None:
     (block,) = [b for b in blocks("python") if "specaudit.run(" in b.body]
     namespace: dict[str, object] = {}
-    exec(compile(block.body, f"README.md:{block.number}", "exec"), namespace)  # the README's own code
+    exec(compile(block.body, block.where, "exec"), namespace)  # the README's own code
     codes, statuses = eval(block.body.strip().splitlines()[-1], namespace)
     assert codes == ExitCode.OK
     assert statuses == [("markov-v4", namespace["specaudit"].Status.PASSED)]  # type: ignore[attr-defined]
@@ -377,7 +397,7 @@ def test_readme_routed_example(project: Path) -> None:
         return reference(draft, q, p, num_draft, np.random.default_rng(np.random.randint(2**31)))
 
     namespace: dict[str, object] = {"my_verifier": my_verifier}
-    exec(compile(block.body, f"README.md:{block.number}", "exec"), namespace)
+    exec(compile(block.body, block.where, "exec"), namespace)
     rng = np.random.default_rng(5)
     q = rng.dirichlet(np.ones(4), size=(2, 3))
     p = rng.dirichlet(np.ones(4), size=(2, 4))

@@ -95,16 +95,24 @@ _JUDGING = ("scipy.special",)
 _FINISHING = ("specaudit.analysis.power", "specaudit.analysis.diagnose")
 
 
-def _prepare_quietly(names: Sequence[str]) -> None:
+#: The warm-import thread's niceness. Not 19: under a load of other processes (a CI box running tests in parallel)
+#: a thread at 19 gets ~1.5% of a core, and a run stopped early, which must wait for its imports, waited over 90 s
+#: after writing its JSON; at 10 it gets ~10%, and :meth:`_Supervisor.settle` restores 0 where it may.
+_WARM_NICENESS = 10
+
+
+def _prepare_quietly(names: Sequence[str], tid: list[int]) -> None:
     """Import ``names`` ahead of need, and ask the platform its name for the results (`environment`: ``uname -p``,
     a subprocess, ~7 ms the end of a run then does not wait for); a failure is left to the step that needs it.
 
-    At the lowest priority (Linux: niceness is per thread): the CPU it takes is what the child and
-    every other process leave idle, so the verifier's measured time is not stretched by it.
+    At a lower priority (Linux: niceness is per thread, :data:`_WARM_NICENESS`): on a busy machine the
+    child's calls go first, so the verifier's measured time is hardly stretched by it. ``tid`` gets the
+    thread's id, for :meth:`_Supervisor.settle` to restore its priority once the run waits for it.
     """
+    tid.append(threading.get_native_id())
     if sys.platform.startswith("linux"):  # elsewhere a thread id is no process id: leave the priority alone
         with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            os.setpriority(os.PRIO_PROCESS, tid[0], _WARM_NICENESS)
     for name in names:
         try:
             importlib.import_module(name)
@@ -448,6 +456,7 @@ class _Supervisor:
         self._heard = time.monotonic()  # when the child's last message came (or the supervisor last answered it)
         self._sent: Any = None  # the frames the current child wrote whole (shared memory)
         self._warming: threading.Thread | None = None  # imports _JUDGING (+ _FINISHING) while the first child measures
+        self._warming_tid: list[int] = []  # that thread's native id, once it runs
 
     def close(self) -> None:
         """Release the faulthandler file, and stop the forkserver this run started."""
@@ -476,13 +485,20 @@ class _Supervisor:
         """Start importing what judging and finishing need (power and diagnosis with power figures), once, in a thread."""
         if self._warming is None:
             names = _JUDGING + (_FINISHING if self.settings.power else ())
-            self._warming = threading.Thread(target=_prepare_quietly, args=(names,), daemon=True,
+            self._warming = threading.Thread(target=_prepare_quietly, args=(names, self._warming_tid), daemon=True,
                                              name="specaudit-warm-imports")
             self._warming.start()
 
     def settle(self) -> None:
-        """Wait for the import thread: a fork while it holds an import lock would leave the child stuck on it."""
+        """Wait for the import thread: a fork while it holds an import lock would leave the child stuck on it.
+
+        This thread waits on it now, so its priority goes back to this thread's where the system allows
+        (privileged, or a ``RLIMIT_NICE`` that permits it); elsewhere it keeps its lower one.
+        """
         if self._warming is not None:
+            if self._warming.is_alive() and self._warming_tid and sys.platform.startswith("linux"):
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, self._warming_tid[0], os.getpriority(os.PRIO_PROCESS, 0))
             self._warming.join()
 
     # --- the child ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from specaudit.contract.targets import load_object
 from specaudit.errors import ContractError, ExitCode
 from specaudit.results import Status
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"  # the adapters page of the docs
 
 
 def _run(target, scenarios=("markov-v4",), samples=5000, **options):

@@ -8,6 +8,9 @@ child with its scenario an ERROR, never a green run or an exception in the super
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import time
 import types
 from typing import Any
 
@@ -243,3 +246,40 @@ def test_an_oserror_the_verifiers_signal_handler_raises_while_the_child_awaits_a
     os.close(read)  # the verifier closed the answers' pipe: the read's own OSError
     with pytest.raises(_CutOff, match="could not be read|was closed"):
         _await_answer(answers, answered)
+
+
+def _may_raise_priority() -> bool:
+    """Return True when this process may lower a thread's niceness (privileged, or RLIMIT_NICE allows it)."""
+    import resource
+
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] > 20 - os.getpriority(os.PRIO_PROCESS, 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness per thread is Linux's")
+@pytest.mark.skipif(not _may_raise_priority(), reason="this process may not raise a thread's priority")
+def test_settle_gives_the_import_thread_back_its_priority_while_the_run_waits_on_it():
+    # a stopped run waits for the warm imports; at a low priority on a busy CI box that wait outlasted 90 s
+    import threading
+
+    from specaudit.engine.supervisor import _WARM_NICENESS, _Supervisor
+
+    restored = threading.Event()
+
+    def warm(tid: list[int]) -> None:
+        tid.append(threading.get_native_id())
+        os.setpriority(os.PRIO_PROCESS, tid[0], _WARM_NICENESS)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if os.getpriority(os.PRIO_PROCESS, tid[0]) <= os.getpriority(os.PRIO_PROCESS, os.getpid()):
+                restored.set()
+                return
+            time.sleep(0.005)
+
+    sup = _Supervisor.__new__(_Supervisor)
+    sup._warming_tid = []
+    sup._warming = threading.Thread(target=warm, args=(sup._warming_tid,), daemon=True)
+    sup._warming.start()
+    while not sup._warming_tid or os.getpriority(os.PRIO_PROCESS, sup._warming_tid[0]) != _WARM_NICENESS:
+        time.sleep(0.001)
+    sup.settle()
+    assert restored.is_set(), "the import thread kept its low priority while the run waited for it"

@@ -2,7 +2,7 @@
 
 ``tests/adapters/test_hf.py`` and ``tests/engines/test_vllm.py`` assert these per release, each
 rule read from the release's own source in the test; ``tests/test_engine_verdicts.py`` keeps
-README.md's table (between ``<!-- engine-verdicts -->`` markers) equal to this one.
+docs/engines.md's table (between ``<!-- engine-verdicts -->`` markers) equal to this one.
 """
 
 #: target -> (exit code of `specaudit run TARGET`, the release's own acceptance line the test reads)
