@@ -284,7 +284,8 @@ def input_violations(tokens: np.ndarray, parent: np.ndarray, q: np.ndarray, p: n
     - every draft token has q > 0 under the law it was drawn from;
     - parents come first (``parent[b, j]`` in ``[-1, j)``);
     - prefix consistency: nodes with the same token path share one target row ``p[1 + j]``
-      (the target sees only the tokens), and i.i.d. siblings share one drafter law ``q``;
+      (the target sees only the tokens), and i.i.d. children after the same token path share one
+      drafter law ``q``;
     - ``children`` in ("topk", "without_replacement"): siblings carry distinct tokens.
     """
     found: list[str] = []
@@ -298,6 +299,7 @@ def input_violations(tokens: np.ndarray, parent: np.ndarray, q: np.ndarray, p: n
         paths: dict[tuple[int, ...], int] = {}
         path_of: list[tuple[int, ...]] = []
         siblings: dict[int, list[int]] = {}
+        context: dict[tuple[int, ...], list[int]] = {}
         for j in range(n):
             par = int(parent[b, j])
             if not -1 <= par < j:
@@ -314,11 +316,15 @@ def input_violations(tokens: np.ndarray, parent: np.ndarray, q: np.ndarray, p: n
                 found.append(f"row {b}: nodes {same} and {j} share the token path {list(path)} but not the target law "
                              "after it")
             siblings.setdefault(par, []).append(j)
+            context.setdefault(path_of[par] if par >= 0 else (), []).append(j)
         for par, kids in siblings.items():
             toks = [int(tokens[b, j]) for j in kids]
             if children in ("topk", "without_replacement") and len(set(toks)) < len(toks):
                 found.append(f"row {b}: the children of node {par} repeat a token ({toks}); {children} siblings "
                              "are distinct")
-            if children == "iid" and any(not np.array_equal(q[b, kids[0]], q[b, j]) for j in kids[1:]):
-                found.append(f"row {b}: the i.i.d. children of node {par} carry different drafter laws")
+        if children == "iid":  # drawn from the drafter's law after the same tokens: one law
+            for path, kids in context.items():
+                if any(not np.array_equal(q[b, kids[0]], q[b, j]) for j in kids[1:]):
+                    found.append(f"row {b}: the i.i.d. children after the token path {list(path)} carry different "
+                                 "drafter laws")
     return found
