@@ -208,7 +208,7 @@ def tree_eagle_lt(
     path = np.full((batch, width), -1, dtype=np.int64)
     for b, nodes in enumerate(paths):
         path[b, : len(nodes)] = nodes
-    final = sample_rows(weights, rng.random(batch))
+    final = sample_rows(weights, np.asarray(rng.random(batch)))
     # The accepted nodes are the first copies of each token; report the ancestors of the last one.
     return _original_path(path, parent), final
 
