@@ -71,3 +71,11 @@ def test_cli_wrong_version_exits_4():
     out = CliRunner().invoke(main, ["run", "hf-generate@0.0.1"])
     assert out.exit_code == 4, out.output
     assert "installed transformers" in out.output
+
+
+@pytest.mark.parametrize("flags", [["--json", "r.json"], ["--html", "r.html"], ["--junit", "r.xml"], ["-s", "markov-v4"]])
+def test_cli_refuses_the_reports_it_cannot_write_yet_before_any_draw(flags, tmp_path):
+    out = CliRunner().invoke(main, ["run", "hf-generate", "--samples", "10", *flags])
+    assert out.exit_code == 4, out.output
+    assert "not available with hf-generate yet" in out.output and flags[0].split("/")[0] in out.output
+    assert not list(tmp_path.iterdir())
