@@ -328,3 +328,20 @@ def test_an_efficiency_departure_is_excused_only_in_the_verifier_favour_and_only
     for lost in (Status.FAILED, Status.SUSPECT):  # no passed joint law: nothing shows the verifier lossless
         assert more_efficient_passes([joint(lost), tps(2.1)])[1].status is Status.FAILED
     assert more_efficient_passes([tps(2.1)])[0].status is Status.FAILED
+
+
+def test_block_reference_keeps_a_sure_draft_at_the_largest_uniform():
+    # P_1 = 1 (p one-hot at the draft), so h_1 = Z / (Z + 1 - P_1) = 1: kept for every u < 1. Computed as
+    # (Z + 1) - P_1 the sum rounded Z's low bits away, h_1 came out 1 - 2**-53, and u = 1 - 2**-53 rejected it
+    # (corner-one-hot-run failed the reference at 24 of 30 seeds of one-hot, hf-one-hot and corners)
+    from specaudit.contract.uniforms import ScriptedUniforms
+    from specaudit.verifiers import block
+
+    draft, num_draft = np.array([[2, 3, 1]]), np.array([2])
+    q = np.full((1, 3, 4), 0.25)
+    q[0, 0] = [0.17359797, 0.05111755, 0.4481918, 0.32709269]
+    q[0, 1] = [0.40050091, 0.32459109, 0.04079078, 0.23411722]
+    p = np.zeros((1, 4, 4))
+    p[0, :, 2] = 1.0
+    out, n_out = block.verify(draft, q, p, num_draft, ScriptedUniforms(1))  # u[0, 0] = 1 - 2**-53
+    assert n_out.tolist() == [2] and out[0, :2].tolist() == [2, 2]
