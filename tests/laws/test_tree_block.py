@@ -340,7 +340,7 @@ def test_block_reference_keeps_a_sure_draft_at_the_largest_uniform():
     draft, num_draft = np.array([[2, 3, 1]]), np.array([2])
     q = np.full((1, 3, 4), 0.25)
     q[0, 0] = [0.17359797, 0.05111755, 0.4481918, 0.32709269]
-    q[0, 1] = [0.40050091, 0.32459109, 0.04079078, 0.23411722]
+    q[0, 1] = [0.5, 0.36510664311806484, 0.13489335688193516, 0.0]  # Z = 1 - q(2): (Z + 1) - 1 != Z
     p = np.zeros((1, 4, 4))
     p[0, :, 2] = 1.0
     out, n_out = block.verify(draft, q, p, num_draft, ScriptedUniforms(1))  # u[0, 0] = 1 - 2**-53
