@@ -254,6 +254,39 @@ def _live(inputs: TreeInputs) -> np.ndarray:
     return np.arange(inputs.tokens.shape[1])[None, :] < inputs.num_nodes[:, None]
 
 
+def path_groups(inputs: TreeInputs) -> tuple[np.ndarray, list[dict[int, list[int]]]]:
+    """Return the positions that share a token path, and the children of each such group.
+
+    ``canon`` [B, N+1]: for position ``t`` (0 the root, ``1 + j`` after node ``j``) the first
+    position whose node has the same token path (the target sees only the tokens, so every
+    position of a group has one target law); padding positions map to themselves. ``kids[b]``
+    maps a group's canonical position to the nodes whose parent lies in the group, in index order.
+    A probe that sets a target law per position sets one per group (:func:`shared`), so that no
+    two nodes with the same token path carry different laws: a tree no drafter and no target can
+    produce, on which a verifier that groups nodes by token prefix (EAGLE) is judged wrongly.
+    """
+    batch, n = inputs.tokens.shape
+    canon = np.tile(np.arange(n + 1), (batch, 1))
+    kids: list[dict[int, list[int]]] = []
+    for b in range(batch):
+        first: dict[tuple[int, ...], int] = {(): 0}
+        path_of: list[tuple[int, ...]] = []
+        groups: dict[int, list[int]] = {}
+        for j in range(int(inputs.num_nodes[b])):
+            par = int(inputs.parent[b, j])
+            path = (path_of[par] if par >= 0 else ()) + (int(inputs.tokens[b, j]),)
+            path_of.append(path)
+            canon[b, 1 + j] = first.setdefault(path, 1 + j)
+            groups.setdefault(int(canon[b, 1 + par if par >= 0 else 0]), []).append(j)
+        kids.append(groups)
+    return canon, kids
+
+
+def shared(rows: np.ndarray, canon: np.ndarray) -> np.ndarray:
+    """Return ``rows`` [B, N+1, ...] with every position given its group's row (the canonical position's)."""
+    return np.take_along_axis(rows, canon.reshape(canon.shape + (1,) * (rows.ndim - 2)), axis=1)
+
+
 def dyadic(laws: np.ndarray) -> np.ndarray:
     """Return ``laws`` [..., V] rounded to multiples of 2**-bits that sum to exactly 1.0, zeros kept zero.
 
@@ -290,20 +323,30 @@ def _path_of(out: Output, b: int) -> list[int]:
 
 
 def tree_one_hot(pr: TreeProber) -> list[CheckResult]:
-    """One-hot target at every node: every emitted token is the argmax; the path follows argmax children."""
+    """One-hot target at every position: every emitted token is the argmax; the path goes at least as deep as the
+    SpecInfer rule's (the first child carrying the argmax, at every node).
+
+    The tree is the drafter's, untouched; the target's token at a position (one per token-path
+    group) is, with probability 1/2, one of the group's children's tokens (so paths descend), else
+    the argmax of the target's own law there. A verifier that merges nodes with the same token path
+    may go deeper; never shallower.
+    """
     rng = pr.rng("tree-one-hot/inputs")
     inputs = pr.trees(rng)
+    canon, kids = path_groups(inputs)
     live_p = np.arange(pr.nodes + 1)[None, :] <= inputs.num_nodes[:, None]
     top = np.argmax(inputs.p, axis=2)  # [B, N+1]
+    pick = rng.random(top.shape) < 0.5
+    choice = rng.random(top.shape)
+    for b, groups in enumerate(kids):
+        for g, nodes in groups.items():
+            if pick[b, g]:
+                top[b, g] = inputs.tokens[b, nodes[int(choice[b, g] * len(nodes))]]
+    top = shared(top[..., None], canon)[..., 0]
     hot = np.zeros_like(inputs.p)
     np.put_along_axis(hot, top[..., None], 1.0, axis=2)
     inputs.p[live_p] = hot[live_p]
-    # half the children whose law gives the parent's argmax mass become the argmax
-    at = np.where(inputs.parent >= 0, 1 + inputs.parent, 0)
-    want = np.take_along_axis(top, at, axis=1)  # [B, N] the argmax at each node's position
-    can = np.take_along_axis(inputs.q, want[..., None], axis=2)[..., 0] > 0
-    hit = _live(inputs) & can & (rng.random(inputs.tokens.shape) < 0.5)
-    inputs.tokens[hit] = want[hit]
+    want = np.take_along_axis(top, np.where(inputs.parent >= 0, 1 + inputs.parent, 0), axis=1)  # [B, N]
     expected = _walk(inputs, lambda b, j, cur: bool(inputs.tokens[b, j] == want[b, j]))
     token_fail = path_fail = None
     for label, src in rng_sources(pr, "tree-one-hot"):
@@ -321,10 +364,11 @@ def tree_one_hot(pr: TreeProber) -> list[CheckResult]:
             )
         if path_fail is None:
             for b in range(inputs.batch):
-                if _path_of(out, b) != expected[b]:
+                if out.accepted[b] < len(expected[b]):
                     path_fail = (
                         f"one-hot target ({label}): row {b} took path {_path_of(out, b)}; a child equal to the argmax "
-                        f"passes u q < p = 1 for every u, so the path is {expected[b]} (the first argmax child at each node)"
+                        f"passes u q < p = 1 for every u, so the path goes at least as deep as {expected[b]} (the first "
+                        "argmax child at each node)"
                     )
                     break
     n = inputs.batch
@@ -332,42 +376,52 @@ def tree_one_hot(pr: TreeProber) -> list[CheckResult]:
         result_of("tree-one-hot", CONTRACT, token_fail is None,
                 token_fail or f"one-hot target: every emitted token is the argmax ({n} trees x 3 uniform sources)"),
         result_of("tree-one-hot-path", EFFICIENCY, path_fail is None,
-                path_fail or "one-hot target: the path descends into the first argmax child at every node"),
+                path_fail or "one-hot target: the path descends at least to the first argmax child at every node"),
     ]
 
 
+def equal_first_child(inputs: TreeInputs) -> TreeInputs:
+    """Return ``inputs`` (its own tree, untouched) with the target law at every position that has children set to the
+    law its first child was drawn from, one per token-path group, and every law dyadic.
+
+    The first child then passes ``u q < p`` for every ``u < 1`` (i.i.d. siblings share that law, so
+    they pass too): every path descends to a leaf. Positions without children keep their law.
+    """
+    x = inputs.copy()
+    live = _live(x)
+    live_p = np.arange(x.tokens.shape[1] + 1)[None, :] <= x.num_nodes[:, None]
+    x.q[live] = dyadic(x.q[live])
+    x.p[live_p] = dyadic(x.p[live_p])
+    canon, kids = path_groups(x)
+    for b, groups in enumerate(kids):
+        for g, nodes in groups.items():
+            x.p[b, g] = x.q[b, nodes[0]]
+    x.p[:] = np.where(live_p[..., None], shared(x.p, canon), x.p)
+    return x
+
+
 def tree_p_equals_q(pr: TreeProber) -> CheckResult:
-    """q = p at every child: the first child passes u q < p for any u < 1, so the path is the first-child chain."""
+    """p = the first child's q at every position: that child passes u q < p for any u < 1, so every path ends at a leaf,
+    at least as deep as the first-child chain."""
     name = "tree-p-equals-q"
-    rng = pr.rng("tree-p=q/inputs")
-    inputs = pr.trees(rng)
-    v = pr.vocab
-    live = _live(inputs)
-    live_p = np.arange(pr.nodes + 1)[None, :] <= inputs.num_nodes[:, None]
-    inputs.p[live_p] = dyadic(inputs.p[live_p])
-    at = np.where(inputs.parent >= 0, 1 + inputs.parent, 0)
-    if pr.one_hot_q:  # one-hot children: p at a node is the first child's one-hot q
-        for b, j in zip(*np.nonzero(live)):
-            if not np.any(inputs.parent[b, :j] == inputs.parent[b, j]):
-                inputs.p[b, at[b, j]] = inputs.q[b, j]
-    else:
-        law = np.take_along_axis(inputs.p, at[..., None], axis=1)  # [B, N, V] p at each node's position
-        inputs.q[live] = law[live]
-        drawn = sample_rows(law.reshape(-1, v), rng.random(law.shape[0] * law.shape[1])).reshape(inputs.tokens.shape)
-        inputs.tokens[live] = drawn[live]
+    inputs = equal_first_child(pr.trees(pr.rng("tree-p=q/inputs")))
     expected = _walk(inputs, lambda b, j, cur: True)
     for label, src in rng_sources(pr, "tree-p=q"):
         out = pr.call(inputs, src)
         for b in range(inputs.batch):
-            if _path_of(out, b) != expected[b]:
+            path = _path_of(out, b)
+            n = int(inputs.num_nodes[b])
+            last = path[-1] if path else -1
+            if len(path) < len(expected[b]) or np.any(inputs.parent[b, :n] == last):
                 return result_of(
                     name, EFFICIENCY, False,
-                    f"q = p ({label}): row {b} took path {_path_of(out, b)}, expected the first-child chain "
-                    f"{expected[b]}: a child drawn from q = p passes u q < p for every u < 1, so it must be accepted",
+                    f"q = p ({label}): row {b} took path {path} and stopped at a node with children; the first child "
+                    f"there is drawn from q = p, so it passes u q < p for every u < 1 (the first-child chain is "
+                    f"{expected[b]})",
                     row=b, source=label,
                 )
-    return result_of(name, EFFICIENCY, True, f"q = p: the path is the first-child chain to a leaf on {inputs.batch} "
-                   "trees x 3 uniform sources")
+    return result_of(name, EFFICIENCY, True, f"q = p: every path descends to a leaf on {inputs.batch} trees x 3 uniform "
+                   "sources")
 
 
 def single_child_inputs(pr: TreeProber) -> tuple[TreeInputs, np.ndarray]:
@@ -595,36 +649,48 @@ def tree_padding_independence(pr: TreeProber) -> CheckResult:
 def adversarial_inputs(pr: TreeProber) -> TreeInputs:
     """Return trees that expose boundary bugs at u = 0 and u = 1 - 2**-53 (three kinds of rows).
 
-    Kind 0: every child has p = 0 at its position (q > 0) and p is peaked with zeros on its upper
-    half, so the residual after the rejected children is peaked with trailing zeros. Kind 1:
-    p = q = a law on the first three tokens at every node (children accepted), so the final token
-    is drawn from a law with trailing zeros. Kind 2: kind 0 on ragged trees (padding past num_nodes).
+    The trees are the drafter's (tokens and q untouched); only the target laws change, one per
+    token-path group. Kind 0: every child has p = 0 at its position (q > 0) and p is peaked with
+    zeros on its upper half (its last token of mass below V - 1 where the children leave room), so
+    the residual after the rejected children is peaked with trailing zeros. Kind 1: p is the first
+    child's q wherever there are children (accepted), and a law on the first three tokens at the
+    leaves, so the final token is drawn from a law with trailing zeros. Kind 2: kind 0 on ragged
+    trees (padding past num_nodes).
     """
     v = pr.vocab
     rng = pr.rng("tree-adversarial/inputs")
     x = pr.trees(rng, ADVERSARIAL_ROWS)
     x = pr.truncate(x, np.where(np.arange(ADVERSARIAL_ROWS) % 3 == 2,
                                 rng.integers(0, x.num_nodes + 1), x.num_nodes), rng)
-    peaked = 2.0 ** -np.arange(v)
-    peaked[max(1, v // 2):] = 0.0
-    peaked /= peaked.sum()
+    kind = np.arange(ADVERSARIAL_ROWS) % 3
+    x = equal_first_child(x)  # kind 1's inner positions; the rest is set below
     head = max(1, min(3, v - 1))
     thirds = np.where(np.arange(v) < head, 1.0 / head, 0.0)
-    uniform = np.full(v, 1.0 / v)
-    live = _live(x)
-    kind = np.arange(ADVERSARIAL_ROWS) % 3
+    canon, kids = path_groups(x)
     for b in range(ADVERSARIAL_ROWS):
         m = int(x.num_nodes[b])
         if kind[b] == 1:
-            x.p[b, : m + 1], x.q[b, :m] = thirds, thirds
-            x.tokens[b, :m] = np.arange(m) % head
-        else:
-            x.p[b, : m + 1], x.q[b, :m], x.tokens[b, :m] = peaked, uniform, v - 1
-    if pr.plan.children == "topk":  # the scenario's children are one-hot at their tokens: so are they here
-        x.q[live] = 0.0
-        r, j = np.nonzero(live)
-        x.q[r, j, x.tokens[r, j]] = 1.0
+            leaf = ~np.isin(canon[b, : m + 1], list(kids[b]))
+            x.p[b, : m + 1][leaf] = thirds
+            continue
+        for t in range(m + 1):
+            g = int(canon[b, t])
+            x.p[b, t] = _peaked_without(v, {int(x.tokens[b, j]) for j in kids[b].get(g, [])})
     return x
+
+
+def _peaked_without(v: int, children: set[int]) -> np.ndarray:
+    """Return a law 2**-i on the tokens outside ``children``, zero on the upper half of V where that leaves mass, else
+    on the last token of mass where that does (trailing zeros: a CDF that runs past them falls off to V - 1)."""
+    law = np.where(np.isin(np.arange(v), list(children)), 0.0, 2.0 ** -np.arange(v))
+    for cut in (max(1, v // 2), v - 1):
+        trimmed = np.where(np.arange(v) >= cut, 0.0, law)
+        if trimmed.sum() > 0:
+            law = trimmed
+            break
+    if law.sum() == 0:  # every token is a child's: the children cannot all have p = 0
+        law = 2.0 ** -np.arange(v)
+    return law / law.sum()
 
 
 #: Boundary bug classes the tree adversarial probe tells apart, and how its failure names them.
@@ -728,15 +794,16 @@ def tree_logits_processing(pr: TreeProber) -> CheckResult:
     inputs = pr.truncate(inputs, np.where(np.arange(inputs.batch) % 4 == 0, 0, inputs.num_nodes), rng)
     params = logits_params(pr.vocab)
     logits = 2.0 * rng.standard_normal(inputs.p.shape)  # every token of positive raw mass
+    # at half the positions with children, one child's token gets a raw logit above the rest (the processed argmax,
+    # accepted), so some paths reach leaves; one set of logits per token-path group
+    canon, kids = path_groups(inputs)
+    pick, choice = rng.random(canon.shape) < 0.5, rng.random(canon.shape)
+    for b, groups in enumerate(kids):
+        for g, nodes in groups.items():
+            if pick[b, g]:
+                logits[b, g, inputs.tokens[b, nodes[int(choice[b, g] * len(nodes))]]] = logits[b, g].max() + 8.0
+    logits = shared(logits, canon)
     processed = process(logits, params)
-    # half the children become the processed argmax at their position, so some paths reach leaves
-    at = np.where(inputs.parent >= 0, 1 + inputs.parent, 0)
-    top = np.take_along_axis(np.argmax(processed, axis=2), at, axis=1)
-    hit = _live(inputs) & (rng.random(inputs.tokens.shape) < 0.5)
-    inputs.tokens[hit] = top[hit]
-    inputs.q[hit] = 0.0
-    r, j = np.nonzero(hit)
-    inputs.q[r, j, top[r, j]] = 1.0
     truth = TreeInputs(inputs.tokens, inputs.parent, inputs.q, processed, inputs.num_nodes)
     given = TreeInputs(inputs.tokens, inputs.parent, inputs.q, logits, inputs.num_nodes)
     verify = tree.bind_logits(pr.raw, params)

@@ -268,3 +268,63 @@ def validate_tree_output(
         raise ContractError("tree-vocab-range", f"{CLAUSES['tree-vocab-range']} (V = {vocab}): row {b} has final = {final[b]}")
     width = int(accepted.max()) if batch else 0
     return path[:, :width], accepted, final
+
+
+#: Tolerance of the "laws sum to 1" invariant (float64 laws rounded by the scenario's chains).
+LAW_SUM_TOL = 1e-9
+
+
+def input_violations(tokens: np.ndarray, parent: np.ndarray, q: np.ndarray, p: np.ndarray, num_nodes: np.ndarray,
+                     children: str) -> list[str]:
+    """Return what in a tree call's inputs no drafter and no target can produce (empty when it is a real tree).
+
+    The invariants every probe's inputs keep (a verifier may rely on them):
+
+    - laws sum to 1 and are non-negative (q at every node, p at the root and after every node);
+    - every draft token has q > 0 under the law it was drawn from;
+    - parents come first (``parent[b, j]`` in ``[-1, j)``);
+    - prefix consistency: nodes with the same token path share one target row ``p[1 + j]``
+      (the target sees only the tokens), and i.i.d. children after the same token path share one
+      drafter law ``q``;
+    - ``children`` in ("topk", "without_replacement"): siblings carry distinct tokens.
+    """
+    found: list[str] = []
+    for b in range(tokens.shape[0]):
+        n = int(num_nodes[b])
+        laws = [("q", q[b, :n]), ("p", p[b, : n + 1])]
+        for name, law in laws:
+            sums = law.sum(axis=-1)
+            if law.size and (np.any(law < 0) or np.any(np.abs(sums - 1.0) > LAW_SUM_TOL)):
+                found.append(f"row {b}: a {name} law is negative or does not sum to 1")
+        paths: dict[tuple[int, ...], int] = {}
+        path_of: list[tuple[int, ...]] = []
+        siblings: dict[int, list[int]] = {}
+        context: dict[tuple[int, ...], list[int]] = {}
+        for j in range(n):
+            par = int(parent[b, j])
+            if not -1 <= par < j:
+                found.append(f"row {b}: node {j} has parent {par}, not in [-1, {j})")
+                path_of.append((j,))
+                continue
+            tok = int(tokens[b, j])
+            if q[b, j, tok] <= 0:
+                found.append(f"row {b}: node {j} carries token {tok} with q = 0 under the law it was drawn from")
+            path = (path_of[par] if par >= 0 else ()) + (tok,)
+            path_of.append(path)
+            same = paths.setdefault(path, j)
+            if same != j and not np.array_equal(p[b, 1 + same], p[b, 1 + j]):
+                found.append(f"row {b}: nodes {same} and {j} share the token path {list(path)} but not the target law "
+                             "after it")
+            siblings.setdefault(par, []).append(j)
+            context.setdefault(path_of[par] if par >= 0 else (), []).append(j)
+        for par, kids in siblings.items():
+            toks = [int(tokens[b, j]) for j in kids]
+            if children in ("topk", "without_replacement") and len(set(toks)) < len(toks):
+                found.append(f"row {b}: the children of node {par} repeat a token ({toks}); {children} siblings "
+                             "are distinct")
+        if children == "iid":  # drawn from the drafter's law after the same tokens: one law
+            for path, kids in context.items():
+                if any(not np.array_equal(q[b, kids[0]], q[b, j]) for j in kids[1:]):
+                    found.append(f"row {b}: the i.i.d. children after the token path {list(path)} carry different "
+                                 "drafter laws")
+    return found

@@ -76,7 +76,7 @@ def block_verify(
         # position i + 1 only through where(), which discards it (i + 1 <= num_draft there).
         nxt = min(i + 1, k - 1)
         z = np.maximum(weight[:, None] * p[:, i + 1] - q[:, nxt], 0.0).sum(axis=1)
-        denom = z + 1.0 - weight
+        denom = z + (1.0 - weight)  # (z + 1) - P rounds z away: h = 1 - 2**-53 at P = 1, u = 1 - 2**-53 rejected
         h = np.where(denom > 0, z / np.where(denom > 0, denom, 1.0), 1.0)
         h = np.where(last, weight, h)
         success = valid & (eta[:, i] < h)

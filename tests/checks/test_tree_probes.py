@@ -72,7 +72,7 @@ BROKEN = [
     ("zoo:tree_leq_ratio", "tree-adversarial-uniforms", "`r <= p/q` accepts it at u = 0"),
     ("swapped_residual", "tree-one-hot", "the target's only token there is"),
     ("one_level", "tree-one-hot-path", "the first argmax child at each node"),
-    ("one_level", "tree-p-equals-q", "expected the first-child chain"),
+    ("one_level", "tree-p-equals-q", "stopped at a node with children"),
     ("final_from_p", "tree-single-child", "outside that residual's support"),
     ("ignores_seed", "tree-determinism", "restarts a fixed seed on every call"),
     ("numpy_global", "tree-determinism", "numpy's global RNG"),
@@ -171,3 +171,61 @@ def test_run_reports_tree_probes_with_the_scenario_checks():
     names = {c.name for c in scenario.checks}
     assert {"joint-law", "tree-adversarial-uniforms", "tree-determinism"} <= names
     assert result.exit_code() == ExitCode.OK
+
+
+# ---- the inputs every probe hands are trees a drafter and a target can produce -----------------
+
+
+@pytest.mark.parametrize("scenario", TREE_SCENARIOS)
+@pytest.mark.parametrize("contract", ["probs", "logits"])
+def test_every_tree_probe_hands_inputs_that_keep_the_contract_invariants(scenario, contract, monkeypatch):
+    from specaudit.checks import tree_probes
+    from specaudit.contract.tree import input_violations
+
+    seen: list[tuple[str, object]] = []
+    call = tree_probes.TreeProber.call
+
+    def spy(self, inputs, rng, verify=None, given=None):
+        seen.append((self.check, inputs.copy()))
+        return call(self, inputs, rng, verify=verify, given=given)
+
+    monkeypatch.setattr(tree_probes.TreeProber, "call", spy)
+    spec = _spec(scenario)
+    verify = reference_tree.verify_logits if contract == "logits" else reference_tree.verify
+    for seed in (1, 11):
+        done = run_tree_probes(guarded(verify, 60.0), spec, seed=seed, contract=contract)
+        assert done.error is None
+    building = {"tree-one-hot", "tree-single-child", "tree-determinism", "tree-padding-independence",
+                "tree-adversarial-uniforms", "tree-logits-processing" if contract == "logits" else "tree-p-equals-q"}
+    assert building <= {check for check, _ in seen}
+    bad = [(check, v) for check, x in seen
+           for v in input_violations(x.tokens, x.parent, x.q, x.p, x.num_nodes, spec.tree.children)]
+    assert not bad, bad[:5]
+
+
+def _two_siblings(token_b, p_b=None):
+    tokens = np.array([[1, token_b]])
+    parent = np.array([[-1, -1]])
+    law = np.full(4, 0.25)
+    q = np.stack([law, law])[None]
+    p = np.stack([law, law, law if p_b is None else p_b])[None]
+    return tokens, parent, q, p, np.array([2])
+
+
+def test_the_invariant_checker_names_each_tree_no_drafter_or_target_produces():
+    from specaudit.contract.tree import input_violations
+
+    assert input_violations(*_two_siblings(2), "topk") == []
+    assert input_violations(*_two_siblings(1), "iid") == []  # i.i.d. duplicates with one law: a real tree
+    other = np.array([0.7, 0.1, 0.1, 0.1])
+    assert "share the token path [1]" in input_violations(*_two_siblings(1, other), "iid")[0]
+    assert "repeat a token" in input_violations(*_two_siblings(1), "topk")[0]
+    assert "repeat a token" in input_violations(*_two_siblings(1), "without_replacement")[0]
+    tokens, parent, q, p, n = _two_siblings(2)
+    q[0, 1] = [0.5, 0.5, 0.0, 0.0]
+    found = input_violations(tokens, parent, q, p, n, "iid")
+    assert any("q = 0" in f for f in found) and any("different drafter laws" in f for f in found)
+    p[0, 0] = [0.5, 0.5, 0.5, 0.0]
+    assert any("does not sum to 1" in f for f in input_violations(tokens, parent, q, p, n, "iid"))
+    parent[0, 1] = 1
+    assert any("not in [-1, 1)" in f for f in input_violations(tokens, parent, q, p, n, "iid"))

@@ -290,3 +290,58 @@ def test_sglang_adapter_refuses_random_children(verifiers_dir):
     )
     err = result.scenarios[0].error
     assert err is not None and "children: topk" in err.message
+
+
+def test_a_more_efficient_lossless_verifier_passes_as_such_and_a_less_efficient_one_fails():
+    # block verification on a chain scenario beats the chain's closed form (20/9 > 19/9): lossless and better
+    better = run("specaudit.verifiers.block:verify", ["toy-chain"], 30_000)
+    s = better.scenarios[0]
+    assert s.check("joint-law").status is Status.PASSED
+    for name in ("tokens-per-step", "accept-length"):
+        c = s.check(name)
+        assert c.status is Status.PASSED and c.data["more_efficient"] is True, c.summary
+        assert "more efficient than the scheme's rule" in c.summary and c.adjusted_pvalue < 1e-6
+    assert better.exit_code() == ExitCode.OK
+    # the chain rule on a block scenario is below its bound: still failed (the other direction)
+    worse = run("specaudit.verifiers.reference:verify", ["block-toy"], 30_000).scenarios[0]
+    assert worse.check("tokens-per-step").status is Status.FAILED
+    assert "more_efficient" not in worse.check("tokens-per-step").data
+
+
+def test_an_efficiency_departure_is_excused_only_in_the_verifier_favour_and_only_with_the_joint_law_passed():
+    from specaudit.engine.run import more_efficient_passes
+    from specaudit.results import Category, CheckResult
+
+    def tps(estimate, status=Status.FAILED):
+        return CheckResult("tokens-per-step", Category.EFFICIENCY, status, "s", 9.0, 1e-9,
+                           data={"estimate": estimate, "exact": 2.0})
+
+    def accept(observed, status=Status.SUSPECT):
+        return CheckResult("accept-length", Category.EFFICIENCY, status, "s", 9.0, 1e-3,
+                           data={"observed_first": observed, "expected_first": [50.0, 50.0]})
+
+    def joint(status):
+        return CheckResult("joint-law", Category.DISTRIBUTION, status, "j", 1.0, 0.5)
+
+    got = more_efficient_passes([joint(Status.PASSED), tps(2.1), tps(1.9), accept([40, 60]), accept([60, 40])])
+    assert [c.status for c in got[1:]] == [Status.PASSED, Status.FAILED, Status.PASSED, Status.SUSPECT]
+    for lost in (Status.FAILED, Status.SUSPECT):  # no passed joint law: nothing shows the verifier lossless
+        assert more_efficient_passes([joint(lost), tps(2.1)])[1].status is Status.FAILED
+    assert more_efficient_passes([tps(2.1)])[0].status is Status.FAILED
+
+
+def test_block_reference_keeps_a_sure_draft_at_the_largest_uniform():
+    # P_1 = 1 (p one-hot at the draft), so h_1 = Z / (Z + 1 - P_1) = 1: kept for every u < 1. Computed as
+    # (Z + 1) - P_1 the sum rounded Z's low bits away, h_1 came out 1 - 2**-53, and u = 1 - 2**-53 rejected it
+    # (corner-one-hot-run failed the reference at 24 of 30 seeds of one-hot, hf-one-hot and corners)
+    from specaudit.contract.uniforms import ScriptedUniforms
+    from specaudit.verifiers import block
+
+    draft, num_draft = np.array([[2, 3, 1]]), np.array([2])
+    q = np.full((1, 3, 4), 0.25)
+    q[0, 0] = [0.17359797, 0.05111755, 0.4481918, 0.32709269]
+    q[0, 1] = [0.5, 0.36510664311806484, 0.13489335688193516, 0.0]  # Z = 1 - q(2): (Z + 1) - 1 != Z
+    p = np.zeros((1, 4, 4))
+    p[0, :, 2] = 1.0
+    out, n_out = block.verify(draft, q, p, num_draft, ScriptedUniforms(1))  # u[0, 0] = 1 - 2**-53
+    assert n_out.tolist() == [2] and out[0, :2].tolist() == [2, 2]
