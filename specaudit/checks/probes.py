@@ -61,9 +61,9 @@ import numpy as np
 from specaudit.adapters.randomness import bypassed, hashed, op_draws, unreachable
 from specaudit.adapters.torch import takes_logits
 from specaudit.chains.sampling import sample_rows
+from specaudit.checks.replay import Call, replay, source_of
 from specaudit.contract.chain import CLAUSES, validate_output
 from specaudit.contract.logits import LogitsParams
-from specaudit.checks.replay import Call, replay, source_of
 from specaudit.contract.uniforms import ScriptedUniforms
 from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
 from specaudit.results import Category, CheckResult, Status
@@ -208,7 +208,7 @@ class Prober:
         last = self.last if last is None else last
         if last is None or last[1] is None or self.logits_input:
             return None
-        inputs, source = last
+        inputs, source = last[0], last[1]
         whole = Call(inputs.draft, inputs.q, inputs.p, inputs.num_draft, source, rule)
         found = replay(self.verify, whole)
         if found is None:

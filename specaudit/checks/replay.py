@@ -121,7 +121,7 @@ class Call:
                                    or not all(isinstance(x, int) and x >= 0 for x in origin)):
             raise ValueError(f"call.origin must be [rows, K, V], got {origin!r:.60}")
         return cls(draft, q, p, nd, dict(source), rule, str(d.get("expected", "")), str(d.get("got", "")),
-                   tuple(origin) if origin is not None else None)  # type: ignore[arg-type]
+                   tuple(origin) if origin is not None else None)
 
 
 def _plain(value: Any) -> Any:
@@ -179,17 +179,17 @@ def violation(rule: str, call: Call, result: Any) -> Violation | None:
         return Violation(b, f"every emitted token has p > 0 (output {out[b, : n_out[b]].tolist()})",
                          f"position {j}: {what} {int(out[b, j])} has p = 0")
     if rule == "accept-all":
-        bad = np.flatnonzero(n_out != call.num_draft + 1)
-        if not bad.size:
+        rows = np.flatnonzero(n_out != call.num_draft + 1)
+        if not rows.size:
             return None
-        b = int(bad[0])
+        b = int(rows[0])
         return Violation(b, f"n_out = num_draft + 1 = {int(call.num_draft[b]) + 1}", f"n_out = {int(n_out[b])}")
     if rule == "forced-run":
         lo, exact = forced(call)
-        bad = np.flatnonzero((n_out - 1 < lo) | (exact & (n_out - 1 != lo)))
-        if not bad.size:
+        rows = np.flatnonzero((n_out - 1 < lo) | (exact & (n_out - 1 != lo)))
+        if not rows.size:
             return None
-        b = int(bad[0])
+        b = int(rows[0])
         want = f"{int(lo[b])}" if exact[b] else f">= {int(lo[b])}"
         return Violation(b, f"accepted drafts {want}", f"accepted {int(n_out[b]) - 1}")
     top = np.argmax(call.p, axis=2)
@@ -202,10 +202,10 @@ def violation(rule: str, call: Call, result: Any) -> Violation | None:
     if rule == "argmax-run":
         valid = np.arange(k)[None, :] < call.num_draft[:, None]
         run = np.cumprod(valid & (call.draft == top[:, :k]), axis=1).sum(axis=1)
-        bad = np.flatnonzero(n_out != run + 1)
-        if not bad.size:
+        rows = np.flatnonzero(n_out != run + 1)
+        if not rows.size:
             return None
-        b = int(bad[0])
+        b = int(rows[0])
         return Violation(b, f"n_out = run + 1 = {int(run[b]) + 1}", f"n_out = {int(n_out[b])}")
     raise ValueError(f"unknown rule {rule!r}")
 
@@ -231,6 +231,6 @@ def replay(verify: Callable[..., Any], call: Call) -> Violation | None:
     rng = make_rng(call.source)
     try:
         result = verify(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(), rng)
-    except Exception:  # a crash is another finding than the one being replayed
+    except Exception:  # noqa: BLE001 - a crash is another finding than the one being replayed
         return None
     return violation(call.rule, call, result)

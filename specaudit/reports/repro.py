@@ -122,7 +122,7 @@ def _uniforms(shrunk: Shrunk, path: str) -> list[float] | None:
     skip = rng.draws  # type: ignore[attr-defined]  # a ScriptedUniforms
     try:
         load_target(path)(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(), rng)
-    except Exception:  # the count is what it drew before raising
+    except Exception:  # noqa: BLE001 - the count is what it drew before raising
         pass
     n = rng.draws - skip  # type: ignore[attr-defined]
     first = int(call.source["start"]) + skip
