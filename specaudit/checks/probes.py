@@ -213,10 +213,11 @@ class Prober:
         found = replay(self.verify, whole)
         if found is None:
             return None  # the verifier's output does not follow from its inputs and rng alone
-        one = whole.rows(found.row)
-        again = replay(self.verify, one)
-        if again is not None:
-            return one.judged(again).to_dict()
+        if 0 <= found.row < inputs.draft.shape[0]:  # a clause of the call's shape (an empty batch) has no row
+            one = whole.rows(found.row)
+            again = replay(self.verify, one)
+            if again is not None:
+                return one.judged(again).to_dict()
         return whole.judged(found).to_dict() if inputs.q.size + inputs.p.size <= CALL_FLOATS else None
 
     # ---- input builders -------------------------------------------------------------------
