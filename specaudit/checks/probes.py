@@ -61,6 +61,7 @@ import numpy as np
 from specaudit.adapters.randomness import bypassed, hashed, op_draws, unreachable
 from specaudit.adapters.torch import takes_logits
 from specaudit.chains.sampling import sample_rows
+from specaudit.checks.replay import Call, replay, source_of
 from specaudit.contract.chain import CLAUSES, validate_output
 from specaudit.contract.logits import LogitsParams
 from specaudit.contract.uniforms import ScriptedUniforms
@@ -72,6 +73,8 @@ from specaudit.stats import gof as stats
 PROBE_ROWS = 64
 #: Floats one probe input may hold (q and p): a large vocabulary gets fewer rows (at least 4).
 PROBE_FLOATS = 4_000_000
+#: Floats (q and p) a recorded failing call may keep when its failing row alone does not fail again.
+CALL_FLOATS = 20_000
 #: float32 unit roundoff, 2**-24: the relative error of one float32 operation (Higham 2002, eq. 2.4).
 F32_UNIT = 2.0**-24
 #: Draft configurations (target row, greedy draft) of the greedy-drafter corner.
@@ -164,6 +167,8 @@ class Prober:
         self.moved: dict[str, int] = {"numpy": 0, "python": 0}
         self.watch = False
         self.deterministic: bool | None = None  # the determinism probe's same-seed verdict, reused by padding
+        self.last: tuple[Inputs, dict[str, Any] | None] | None = None  # the last call's inputs and random source
+        self.breach_call: dict[str, Any] | None = None  # the first contract breach's call, replayable
 
     def rng(self, tag: str) -> np.random.Generator:
         """Return a Generator fixed by the scenario seed and ``tag``."""
@@ -172,6 +177,7 @@ class Prober:
     def call(self, inputs: Inputs, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Call the verifier on a copy of ``inputs``; return validated ``(out, n_out)``; record breaches and writes."""
         given = inputs.copy()  # the verifier gets a copy: ``inputs`` stays pristine for the checks
+        self.last = (inputs, source_of(rng))
         watch = self.watch
         if watch:
             np_state, py_state = np.random.get_state(legacy=False), _pyrandom.getstate()
@@ -191,8 +197,28 @@ class Prober:
         try:
             return validate_output(result, inputs.draft, inputs.num_draft, self.vocab)
         except ContractError as exc:
+            if not self.breaches:
+                self.breach_call = self.record(f"clause:{exc.clause}")
             self.breaches.append((self.check, exc.clause, exc.detail))
             raise
+
+    def record(self, rule: str, last: tuple[Inputs, dict[str, Any] | None] | None = None) -> dict[str, Any] | None:
+        """Return the last call (or ``last``) as a replayable failing call (``Call.to_dict``): its failing row alone
+        when that row fails again by itself, else the whole call if small; None when a replay does not fail again."""
+        last = self.last if last is None else last
+        if last is None or last[1] is None or self.logits_input:
+            return None
+        inputs, source = last[0], last[1]
+        whole = Call(inputs.draft, inputs.q, inputs.p, inputs.num_draft, source, rule)
+        found = replay(self.verify, whole)
+        if found is None:
+            return None  # the verifier's output does not follow from its inputs and rng alone
+        if 0 <= found.row < inputs.draft.shape[0]:  # a clause of the call's shape (an empty batch) has no row
+            one = whole.rows(found.row)
+            again = replay(self.verify, one)
+            if again is not None:
+                return one.judged(again).to_dict()
+        return whole.judged(found).to_dict() if inputs.q.size + inputs.p.size <= CALL_FLOATS else None
 
     # ---- input builders -------------------------------------------------------------------
 
@@ -286,10 +312,12 @@ def _one_token_rows(name: str, pr: Prober, inputs: Inputs, what: str) -> CheckRe
     bad = np.flatnonzero(n_out != 1)
     if bad.size:
         b = int(bad[0])
-        return result_of(name, CONTRACT, False, f"{what}: row {b} emitted {n_out[b]} tokens, expected exactly 1", rows=bad[:10].tolist())
+        return result_of(name, CONTRACT, False, f"{what}: row {b} emitted {n_out[b]} tokens, expected exactly 1", rows=bad[:10].tolist(),
+                         call=pr.record("accept-all"))
     zero = _zero_p_emitted(inputs, out, n_out)
     if zero:
-        return result_of(name, CONTRACT, False, f"{what}: {zero[0]} ({len(zero)} rows)", rows=zero[:10])
+        return result_of(name, CONTRACT, False, f"{what}: {zero[0]} ({len(zero)} rows)", rows=zero[:10],
+                         call=pr.record("p-positive"))
     return result_of(name, CONTRACT, True, f"{what}: one token per row, each with p > 0 ({inputs.draft.shape[0]} rows)")
 
 
@@ -337,7 +365,7 @@ def corner_p_equals_q(pr: Prober) -> CheckResult:
                  f"({bad.size} of {n_out.size} rows)")
         if not pr.logits_input:
             return result_of(name, EFFICIENCY, False, f"{where}: a draft with p = q must always be accepted, then a bonus drawn",
-                           rows=bad[:10].tolist(), source=label)
+                           rows=bad[:10].tolist(), source=label, call=pr.record("accept-all"))
         if isinstance(rng, ConstantUniforms):
             return result_of(
                 name, EFFICIENCY, False,
@@ -433,10 +461,12 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
     inputs.draft[hit] = top[:, :k][hit]
     run = np.cumprod(valid & (inputs.draft == top[:, :k]), axis=1).sum(axis=1)
     token_fail = run_fail = None
+    calls: dict[str, Any] = {}
     for label, src in rng_sources(pr, "one-hot"):
         out, n_out = pr.call(inputs.copy(), src)
         wrong = _emitted(n_out, k + 1) & (out != top)
         if token_fail is None and wrong.any():
+            calls["token"] = pr.record("argmax")
             b, j = (int(x) for x in np.argwhere(wrong)[0])
             token_fail = (
                 f"one-hot target ({label}): row {b} position {j} emitted {out[b, j]}, the target's only token is "
@@ -445,6 +475,7 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
             )
         short = np.flatnonzero(n_out != run + 1)
         if run_fail is None and short.size:
+            calls["run"] = pr.record("argmax-run")
             b = int(short[0])
             run_fail = (
                 f"one-hot target ({label}): row {b} accepted {n_out[b] - 1} drafts, the run of drafts equal to the "
@@ -452,9 +483,11 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
             )
     return [
         result_of("corner-one-hot", CONTRACT, token_fail is None,
-                token_fail or f"one-hot target: every emitted token is the argmax ({b_count} ragged rows x 3 uniform sources)"),
+                token_fail or f"one-hot target: every emitted token is the argmax ({b_count} ragged rows x 3 uniform sources)",
+                **({"call": calls["token"]} if token_fail else {})),
         result_of("corner-one-hot-run", EFFICIENCY, run_fail is None,
-                run_fail or "one-hot target: accepted count = run of drafts equal to the argmax, replacement = argmax"),
+                run_fail or "one-hot target: accepted count = run of drafts equal to the argmax, replacement = argmax",
+                **({"call": calls["run"]} if run_fail else {})),
     ]
 
 
@@ -462,8 +495,11 @@ def corner_one_hot(pr: Prober) -> list[CheckResult]:
 SMALL_BATCHES = (1, 2, 3, 5, 7, 15)
 
 
-def _in_batches(pr: Prober, inputs: Inputs, src: np.random.Generator, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Call the verifier on ``inputs`` cut into batches of ``sizes`` rows (cycled); return the joined outputs."""
+def _in_batches(pr: Prober, inputs: Inputs, src: np.random.Generator, sizes: tuple[int, ...],
+                calls: list[tuple[int, int, Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Call the verifier on ``inputs`` cut into batches of ``sizes`` rows (cycled); return the joined outputs.
+
+    ``calls``, when given, gets (start, stop, the call as :attr:`Prober.last`) of each batch."""
     b_count = inputs.draft.shape[0]
     out = np.full((b_count, pr.k + 1), -1, dtype=np.int64)
     n_out = np.zeros(b_count, dtype=np.int64)
@@ -473,6 +509,8 @@ def _in_batches(pr: Prober, inputs: Inputs, src: np.random.Generator, sizes: tup
         part = Inputs(inputs.draft[start:stop].copy(), inputs.q[start:stop].copy(), inputs.p[start:stop].copy(),
                       inputs.num_draft[start:stop].copy())
         out[start:stop], n_out[start:stop] = pr.call(part, src)
+        if calls is not None:
+            calls.append((start, stop, pr.last))
         start, i = stop, i + 1
     return out, n_out
 
@@ -510,21 +548,35 @@ def small_batches(pr: Prober) -> list[CheckResult]:
     sizes = "/".join(map(str, SMALL_BATCHES))
     tokens: list[str] = []
     runs: list[str] = []
+    recorded: dict[str, Any] = {}
+
+    def batch_of(b: int) -> Any:
+        return next(last for lo, hi, last in batches if lo <= b < hi)
+
     for s in range(2):
-        out, n_out = _in_batches(pr, inputs, pr.rng(f"small/seed{s}"), SMALL_BATCHES)
+        batches: list[tuple[int, int, Any]] = []
+        out, n_out = _in_batches(pr, inputs, pr.rng(f"small/seed{s}"), SMALL_BATCHES, batches)
         emitted = _emitted(n_out, k + 1)
         mass = np.take_along_axis(inputs.p, np.where(emitted, out, 0)[..., None], axis=2)[..., 0]
-        for b, j in np.argwhere(emitted & (mass <= 0))[:3].tolist():
+        zero = np.argwhere(emitted & (mass <= 0))
+        if zero.size and "token" not in recorded:
+            recorded["token"] = pr.record("p-positive", batch_of(int(zero[0][0])))
+        forced = np.flatnonzero(n_out != run + 1)
+        if forced.size and "run" not in recorded:
+            recorded["run"] = pr.record("forced-run", batch_of(int(forced[0])))
+        for b, j in zero[:3].tolist():
             tokens.append(f"row {b} emitted token {out[b, j]} at position {j}, of probability 0 in p there "
                           f"(output {out[b, : n_out[b]].tolist()}, drafts {inputs.draft[b].tolist()})")
-        for b in np.flatnonzero(n_out != run + 1)[:3].tolist():
+        for b in forced[:3].tolist():
             runs.append(f"row {b} accepted {n_out[b] - 1} drafts where p and q force {run[b]}")
     where = f"in batches of {sizes} rows"
     return [
         result_of(name, CONTRACT, not tokens, f"{where}: {tokens[0]}; {len(tokens)} finding(s)" if tokens else
-                  f"{rows} rows {where}, 2 seeds: no token of probability 0", findings=tokens[:20]),
+                  f"{rows} rows {where}, 2 seeds: no token of probability 0", findings=tokens[:20],
+                  **({"call": recorded.get("token")} if tokens else {})),
         result_of(run_name, EFFICIENCY, not runs, f"{where}: {runs[0]}; {len(runs)} finding(s)" if runs else
-                  f"{rows} rows {where}, 2 seeds: every forced accept and reject held", findings=runs[:20]),
+                  f"{rows} rows {where}, 2 seeds: every forced accept and reject held", findings=runs[:20],
+                  **({"call": recorded.get("run")} if runs else {})),
     ]
 
 
@@ -805,6 +857,7 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
     short: list[str] = []  # why a phase did not reach, first phase first
     moved: dict[str, int] = {}
     ops: dict[str, int] = {}
+    call: dict[str, Any] | None = None  # the first failing call, replayable
     for start in (0, 1):
         src = ScriptedUniforms(start, seed=pr.seed)
         label = "0.0 first" if start == 0 else "1 - 2**-53 first"
@@ -815,6 +868,7 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
                 raise
             findings.append(f"[vocab-range] ({label}) {exc.detail}")
             classes.add("vocab-range")
+            call = call or pr.record("clause:vocab-range")
             out = None
         draws += src.draws
         coins.append(src.coins)
@@ -827,13 +881,16 @@ def adversarial_uniforms(pr: Prober) -> CheckResult:
         how = how or hashed(src)
         beyond = beyond or unreachable(src)
         if out is not None:
-            findings += [f"({label}) {z}" for z in _zero_p_emitted(inputs, out, n_out)]
+            zero = _zero_p_emitted(inputs, out, n_out)
+            if zero and call is None:
+                call = pr.record("p-positive")
+            findings += [f"({label}) {z}" for z in zero]
             classes |= _zero_p_classes(inputs, out, n_out)
             short += _short_of(inputs, n_out, src, label)
     data = {"draws": draws, "coins": coins, "op_draws": ops, "bypassed": moved}
     if findings:
         return result_of(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
-                       f"{_boundary_class(classes)}", findings=findings[:20], classes=sorted(classes), **data)
+                       f"{_boundary_class(classes)}", findings=findings[:20], classes=sorted(classes), call=call, **data)
     fix = ("wrap the call in specaudit.adapters.randomness.routed(rng) (it routes torch, numpy's global RNG and Python's "
            "random to the scripted rng), or substitute specaudit.contract.uniforms.ScriptedUniforms for a framework's own "
            "random source")
@@ -953,7 +1010,7 @@ def contract_clauses(pr: Prober) -> CheckResult:
         return result_of(
             name, CONTRACT, False,
             f"clause(s) {', '.join(clauses)} broken on {len(pr.breaches)} call(s); first in {where}: [{clause}] {message}",
-            clauses=clauses,
+            clauses=clauses, call=getattr(pr, "breach_call", None),
         )
     return result_of(name, CONTRACT, True, f"all {len(CLAUSES)} clauses held on {pr.calls} calls ({pr.rows:,} rows)")
 
@@ -1009,7 +1066,9 @@ def probe_all(pr: Any, plan: list[tuple[str, Category, Callable[[Any], Any]]], g
         try:
             found = probe(pr)
         except ContractError as exc:
-            found = result_of(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause)
+            record = getattr(pr, "record", None)
+            found = result_of(name, category, False, f"[{exc.clause}] {exc.detail}", clause=exc.clause,
+                              call=record(f"clause:{exc.clause}") if record is not None else None)
         except VerifierCrash as exc:
             found = crashed(name, category, exc)
             crashes.append(exc)

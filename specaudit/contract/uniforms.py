@@ -88,6 +88,7 @@ class ScriptedUniforms(np.random.Generator):
             raise ValueError(f"start = {start!r}; allowed: 0 (begin at 0.0) or 1 (begin at 1 - 2**-53)")
         super().__init__(np.random.PCG64(seed))
         self.start = start
+        self.seed = seed
         self.draws = 0
         self.methods: set[str] = set()
         self.counts: dict[str, int] = {}

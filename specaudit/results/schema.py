@@ -47,6 +47,9 @@ CHECK_DATA: dict[str, Any] = {
     "tv": "number?", "tv_null": "number?", "estimate": "number?", "exact": "number?", "stderr": "number?", "n": "integer?",
     "traceback": "string?",
     "top_cells?": [{"cell": ["integer"], "observed": "number", "expected": "number", "residual": "number"}],
+    # a failed exact finding's call, replayable (specaudit.checks.replay.Call; `specaudit repro` reads it)
+    "call?": {"rule": "string", "rule_text": "string?", "expected": "string?", "got": "string?", "source": {"kind": "string"},
+              "draft": [["integer"]], "q": [[["number"]]], "p": [[["number"]]], "num_draft": ["integer"], "origin?": ["integer"]},
 }
 INFO: dict[str, Any] = {
     "reference": "string?",

@@ -1,0 +1,236 @@
+"""A failed exact finding as data: the call's inputs, the random source it was fed, and the rule it broke.
+
+An exact probe fails on one verifier call. :class:`Call` keeps what replays it: the inputs (in the
+canonical contract), how its ``rng`` was made (:data:`SOURCES`), and the rule the output broke
+(:data:`RULES`). :func:`replay` calls a verifier on it again, through the same random source, and
+returns the broken rule's :class:`Violation` (or None when the output keeps the rule); the shrinker
+(:mod:`specaudit.analysis.shrink`) and ``specaudit repro`` rest on it. ``Call.to_dict`` is the
+``call`` entry of the check's data in the results document.
+
+Random sources
+--------------
+``{"kind": "pcg64", "state": …}``: an ``np.random.Generator`` over PCG64 whose ``bit_generator.state``
+was that dict when the call began (any seeded Generator the probes make).
+``{"kind": "scripted", "start": 0|1, "skip": n, "seed": s}``: :class:`~specaudit.contract.uniforms.ScriptedUniforms`
+(``start``, ``seed``) with ``n`` terms already handed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specaudit.contract.chain import CLAUSES, validate_output
+from specaudit.contract.uniforms import ScriptedUniforms
+from specaudit.errors import ContractError
+
+__all__ = ["RULES", "SOURCES", "Call", "Violation", "make_rng", "replay", "source_of", "violation"]
+
+#: Rule id -> the rule in one sentence (what the assertion of a repro states). ``clause:ID`` is a contract clause.
+RULES: dict[str, str] = {
+    "p-positive": "every emitted token has p > 0 at its position (accept iff u < p/q; sample only from p's support)",
+    "accept-all": "with p = q every draft is accepted (u q < p for any u < 1), so n_out = num_draft + 1",
+    "argmax": "with a one-hot target every emitted token is the target's only token (its argmax)",
+    "argmax-run": "with a one-hot target the accepted count is the run of drafts equal to the argmax",
+    "forced-run": "a draft with p >= q > 0 is always accepted and one with p = 0 never (accept iff u < p/q, u < 1)",
+    **{f"clause:{cid}": text for cid, text in CLAUSES.items()},
+}
+#: Kinds of random source a call can be replayed through.
+SOURCES = ("pcg64", "scripted")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """How one output broke a rule: the first row, what the rule expects there, what came out."""
+
+    row: int
+    expected: str
+    got: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """One failing verifier call: canonical inputs, its random source, the rule its output broke."""
+
+    draft: np.ndarray  # [B, K] int64
+    q: np.ndarray  # [B, K, V] float64
+    p: np.ndarray  # [B, K+1, V] float64
+    num_draft: np.ndarray  # [B] int64
+    source: Mapping[str, Any]
+    rule: str
+    expected: str = ""
+    got: str = ""
+    origin: tuple[int, int, int] | None = None  # (rows, K, V) of the probe's call this one was cut from
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """Return (rows, drafts K, vocabulary V)."""
+        return int(self.draft.shape[0]), int(self.draft.shape[1]), int(self.p.shape[-1])
+
+    def with_inputs(self, draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray) -> Call:
+        """Return the same call on other inputs (no verdict yet)."""
+        return Call(np.asarray(draft, np.int64), np.asarray(q, np.float64), np.asarray(p, np.float64),
+                    np.asarray(num_draft, np.int64), self.source, self.rule, origin=self.origin or self.shape)
+
+    def rows(self, index: Any) -> Call:
+        """Return the call restricted to rows ``index``."""
+        i = np.atleast_1d(np.asarray(index, dtype=np.int64))
+        return self.with_inputs(self.draft[i], self.q[i], self.p[i], self.num_draft[i])
+
+    def judged(self, found: Violation) -> Call:
+        """Return the call carrying ``found``'s expected and got."""
+        return Call(self.draft, self.q, self.p, self.num_draft, self.source, self.rule,
+                    f"row {found.row}: {found.expected}", f"row {found.row}: {found.got}", self.origin)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (the ``call`` entry of a check's data)."""
+        return {"rule": self.rule, "rule_text": RULES[self.rule], "expected": self.expected, "got": self.got,
+                "source": _plain(dict(self.source)), "draft": self.draft.tolist(), "q": self.q.tolist(),
+                "p": self.p.tolist(), "num_draft": self.num_draft.tolist(), "origin": list(self.origin or self.shape)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Call:
+        """Read the JSON form; raise ValueError saying what is wrong."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"call is {type(d).__name__}, not an object")
+        missing = [k for k in ("rule", "source", "draft", "q", "p", "num_draft") if k not in d]
+        if missing:
+            raise ValueError(f"call lacks {', '.join(missing)}")
+        rule = d["rule"]
+        if rule not in RULES:
+            raise ValueError(f"call.rule {rule!r} is not one of {', '.join(RULES)}")
+        source = d["source"]
+        if not isinstance(source, Mapping) or source.get("kind") not in SOURCES:
+            raise ValueError(f"call.source must be an object with kind in {SOURCES}")
+        try:
+            draft = np.asarray(d["draft"], dtype=np.int64)
+            q, p = np.asarray(d["q"], dtype=np.float64), np.asarray(d["p"], dtype=np.float64)
+            nd = np.asarray(d["num_draft"], dtype=np.int64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"call inputs are not numeric arrays: {exc}") from None
+        b = nd.shape[0] if nd.ndim == 1 else -1
+        if draft.ndim != 2 or draft.shape[0] != b or q.shape[:2] != draft.shape or p.ndim != 3 \
+                or p.shape[:2] != (b, draft.shape[1] + 1) or q.shape[-1] != p.shape[-1]:
+            raise ValueError(f"call inputs have inconsistent shapes: draft {draft.shape}, q {q.shape}, p {p.shape}, "
+                             f"num_draft {nd.shape}")
+        origin = d.get("origin")
+        if origin is not None and (not isinstance(origin, list) or len(origin) != 3
+                                   or not all(isinstance(x, int) and x >= 0 for x in origin)):
+            raise ValueError(f"call.origin must be [rows, K, V], got {origin!r:.60}")
+        return cls(draft, q, p, nd, dict(source), rule, str(d.get("expected", "")), str(d.get("got", "")),
+                   tuple(origin) if origin is not None else None)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def source_of(rng: Any) -> dict[str, Any] | None:
+    """Describe ``rng`` as a replayable source before a call draws from it (None: not replayable)."""
+    if type(rng) is ScriptedUniforms:
+        return {"kind": "scripted", "start": int(rng.start), "skip": int(rng.draws), "seed": int(rng.seed)}
+    if type(rng) is np.random.Generator and isinstance(rng.bit_generator, np.random.PCG64):
+        return {"kind": "pcg64", "state": _plain(rng.bit_generator.state)}
+    return None
+
+
+def make_rng(source: Mapping[str, Any]) -> np.random.Generator:
+    """Return a fresh random source in the state ``source`` describes."""
+    if source["kind"] == "scripted":
+        src = ScriptedUniforms(int(source["start"]), seed=int(source.get("seed", 0)))
+        src.draws = int(source.get("skip", 0))
+        return src
+    g = np.random.Generator(np.random.PCG64())
+    g.bit_generator.state = dict(source["state"])
+    return g
+
+
+def _emitted(n_out: np.ndarray, width: int) -> np.ndarray:
+    return np.arange(width)[None, :] < n_out[:, None]
+
+
+def violation(rule: str, call: Call, result: Any) -> Violation | None:
+    """Return how ``result`` (a verifier's return value on ``call``) breaks ``rule``, or None if it keeps it."""
+    try:
+        out, n_out = validate_output(result, call.draft, call.num_draft, call.p.shape[-1])
+    except ContractError as exc:
+        if rule == f"clause:{exc.clause}":
+            return Violation(0, CLAUSES[exc.clause], exc.detail)
+        return None  # another failure than the one being replayed
+    if rule.startswith("clause:"):
+        return None
+    k = call.draft.shape[1]
+    emitted = _emitted(n_out, k + 1)
+    if rule == "p-positive":
+        tok = np.where(emitted, out, 0)
+        mass = np.take_along_axis(call.p, tok[..., None], axis=2)[..., 0]
+        bad = np.argwhere(emitted & (mass <= 0))
+        if not bad.size:
+            return None
+        b, j = (int(x) for x in bad[0])
+        what = "accepted draft" if j < n_out[b] - 1 else "sampled token"
+        return Violation(b, f"every emitted token has p > 0 (output {out[b, : n_out[b]].tolist()})",
+                         f"position {j}: {what} {int(out[b, j])} has p = 0")
+    if rule == "accept-all":
+        rows = np.flatnonzero(n_out != call.num_draft + 1)
+        if not rows.size:
+            return None
+        b = int(rows[0])
+        return Violation(b, f"n_out = num_draft + 1 = {int(call.num_draft[b]) + 1}", f"n_out = {int(n_out[b])}")
+    if rule == "forced-run":
+        lo, exact = forced(call)
+        rows = np.flatnonzero((n_out - 1 < lo) | (exact & (n_out - 1 != lo)))
+        if not rows.size:
+            return None
+        b = int(rows[0])
+        want = f"{int(lo[b])}" if exact[b] else f">= {int(lo[b])}"
+        return Violation(b, f"accepted drafts {want}", f"accepted {int(n_out[b]) - 1}")
+    top = np.argmax(call.p, axis=2)
+    if rule == "argmax":
+        bad = np.argwhere(emitted & (out != top))
+        if not bad.size:
+            return None
+        b, j = (int(x) for x in bad[0])
+        return Violation(b, f"position {j}: token {int(top[b, j])}", f"position {j}: token {int(out[b, j])}")
+    if rule == "argmax-run":
+        valid = np.arange(k)[None, :] < call.num_draft[:, None]
+        run = np.cumprod(valid & (call.draft == top[:, :k]), axis=1).sum(axis=1)
+        rows = np.flatnonzero(n_out != run + 1)
+        if not rows.size:
+            return None
+        b = int(rows[0])
+        return Violation(b, f"n_out = run + 1 = {int(run[b]) + 1}", f"n_out = {int(n_out[b])}")
+    raise ValueError(f"unknown rule {rule!r}")
+
+
+def forced(call: Call) -> tuple[np.ndarray, np.ndarray]:
+    """Return per row the run of leading drafts the chain rule must accept (p >= q, p > 0), and whether the
+    accepted count must equal it (the run ends at num_draft or at a draft with p = 0, which must be rejected)."""
+    k = call.draft.shape[1]
+    at = np.where(np.arange(k)[None, :] < call.num_draft[:, None], call.draft, 0)[..., None]
+    p_x = np.take_along_axis(call.p[:, :k], at, axis=2)[..., 0]
+    q_x = np.take_along_axis(call.q, at, axis=2)[..., 0]
+    valid = np.arange(k)[None, :] < call.num_draft[:, None]
+    lo = np.cumprod(valid & (p_x >= q_x) & (p_x > 0), axis=1).sum(axis=1)
+    stop = np.take_along_axis(np.pad(p_x, ((0, 0), (0, 1)), constant_values=0.0), lo[:, None], axis=1)[:, 0]
+    return lo, (lo == call.num_draft) | (stop <= 0)
+
+
+def replay(verify: Callable[..., Any], call: Call) -> Violation | None:
+    """Call ``verify`` on copies of ``call``'s inputs through its random source; return the rule's violation or None.
+
+    A verifier that raises on these inputs keeps no rule broken here (another failure): None.
+    """
+    rng = make_rng(call.source)
+    try:
+        result = verify(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(), rng)
+    except Exception:  # noqa: BLE001 - a crash is another finding than the one being replayed
+        return None
+    return violation(call.rule, call, result)

@@ -1,0 +1,355 @@
+"""Write each failed exact finding as a minimal pytest file that imports only numpy and the target.
+
+``specaudit repro RESULT.json`` reads the ``call`` a failed exact check recorded
+(:class:`specaudit.checks.replay.Call`), shrinks it against the target
+(:func:`specaudit.analysis.shrink.shrink`) and renders ``test_repro_<scenario>_<check>.py``:
+the inputs inline, the random source inline (the PCG64 state the call began in, or the scripted
+uniforms written out with the few lines of :class:`~specaudit.contract.uniforms.ScriptedUniforms`
+that hand them out), and one assertion whose message gives expected vs got and the rule broken.
+The target's import path is the run's; ``SPECAUDIT_REPRO_TARGET`` overrides it, so the same file
+tests a fix. The files are written to a temporary folder beside the output folder and moved in
+only once all of them are rendered (:func:`write_all`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specaudit.analysis.shrink import Shrunk, shrink
+from specaudit.checks.replay import RULES, Call, make_rng
+from specaudit.contract.targets import import_string, load_target
+from specaudit.errors import ResultsFileError
+
+__all__ = ["Finding", "Repro", "build", "findings", "render", "resolve_target", "write_all"]
+
+#: Environment variable that names another target for a generated file (``pkg.mod:attr`` or ``file.py:attr``).
+TARGET_VARIABLE = "SPECAUDIT_REPRO_TARGET"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A failed exact check of a results document, with its recorded call."""
+
+    scenario: str
+    check: str
+    summary: str
+    call: Call
+
+
+@dataclass(frozen=True)
+class Repro:
+    """A rendered repro file: its name, text, and what its call shrank from."""
+
+    name: str
+    text: str
+    shrunk: Shrunk
+    finding: Finding
+
+
+def findings(doc: Mapping[str, Any], source: str = "results document") -> tuple[list[Finding], list[str]]:
+    """Return the failed checks of ``doc`` that recorded a call, and the names of failed checks that did not."""
+    found, without = [], []
+    for s in doc.get("scenarios", []):
+        for c in s.get("checks", []):
+            if c.get("status") != "failed":
+                continue
+            raw = (c.get("data") or {}).get("call")
+            if raw is None:
+                without.append(f"{s['name']} / {c['name']}")
+                continue
+            try:
+                call = Call.from_dict(raw)
+            except ValueError as exc:
+                raise ResultsFileError(f"{source}: scenario {s['name']!r} check {c['name']!r}: {exc}") from None
+            found.append(Finding(s["name"], c["name"], c.get("summary", ""), call))
+    return found, without
+
+
+def resolve_target(spec: str) -> str:
+    """Return the import string a repro file loads for the run's ``spec`` (an alias or ``mutant:NAME`` resolved).
+
+    Raises TargetLoadError (exit 4) when the target no longer imports.
+    """
+    func = load_target(spec)
+    if spec.startswith("mutant:"):
+        return f"{func.__module__}:{func.__qualname__}"
+    path = import_string(spec)
+    module, _, attr = path.rpartition(":")
+    if module.endswith(".py") or "/" in module:
+        return f"{Path(module).resolve()}:{attr}"
+    return path
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_").lower() or "x"
+
+
+def build(doc: Mapping[str, Any], found: Sequence[Finding], target: str) -> tuple[list[Repro], list[str]]:
+    """Shrink each finding against ``target`` and render its file; return the repros and the findings that no longer fail."""
+    verify = load_target(target)
+    path = resolve_target(target)
+    repros, gone, names = [], [], set()
+    for f in found:
+        try:
+            shrunk = shrink(verify, f.call)
+        except ValueError:
+            gone.append(f"{f.scenario} / {f.check}")
+            continue
+        name = f"test_repro_{_slug(f.scenario)}_{_slug(f.check)}.py"
+        if name in names:
+            continue  # a re-run's check of the same name: the first one is the repro
+        names.add(name)
+        repros.append(Repro(name, render(f, shrunk, path, doc), shrunk, f))
+    return repros, gone
+
+
+def _uniforms(shrunk: Shrunk, path: str) -> list[float] | None:
+    """Return the scripted uniforms the shrunk call hands the target (None for a PCG64 source)."""
+    call = shrunk.call
+    if call.source["kind"] != "scripted":
+        return None
+    rng = make_rng(call.source)
+    skip = rng.draws  # type: ignore[attr-defined]  # a ScriptedUniforms
+    try:
+        load_target(path)(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(), rng)
+    except Exception:  # noqa: BLE001 - the count is what it drew before raising
+        pass
+    n = rng.draws - skip  # type: ignore[attr-defined]
+    first = int(call.source["start"]) + skip
+    return [0.0 if (first + i) % 2 == 0 else 1.0 - 2.0**-53 for i in range(n)]
+
+
+def _array(a: np.ndarray, indent: str) -> str:
+    """Return ``a`` as a Python literal, one innermost row a line."""
+    if a.ndim <= 1:
+        return json.dumps(a.tolist())
+    inner = f",\n{indent} ".join(_array(x, indent + " ") for x in a)
+    return f"[{inner}]"
+
+
+_CHECKS = {
+    "p-positive": '''\
+    emitted = np.arange(out.shape[1])[None, :] < n_out[:, None]
+    mass = np.take_along_axis(P, np.where(emitted, out, 0)[..., None], axis=2)[..., 0]
+    bad = np.argwhere(emitted & (mass <= 0))
+    got = "; ".join(f"row {b} position {j}: token {out[b, j]} has p = 0" for b, j in bad.tolist())
+    assert not bad.size, f"expected every emitted token to have p > 0, got {got} (output {out.tolist()}): {RULE}"''',
+    "accept-all": '''\
+    expected = NUM_DRAFT + 1
+    assert np.array_equal(n_out, expected), f"expected n_out = {expected.tolist()}, got {n_out.tolist()} (output {out.tolist()}): {RULE}"''',
+    "argmax": '''\
+    emitted = np.arange(out.shape[1])[None, :] < n_out[:, None]
+    top = np.argmax(P, axis=2)
+    assert not (emitted & (out != top)).any(), (
+        f"expected tokens {np.where(emitted, top, -1).tolist()}, got {out.tolist()}: {RULE}")''',
+    "argmax-run": '''\
+    k = DRAFT.shape[1]
+    top = np.argmax(P, axis=2)
+    valid = np.arange(k)[None, :] < NUM_DRAFT[:, None]
+    expected = np.cumprod(valid & (DRAFT == top[:, :k]), axis=1).sum(axis=1) + 1
+    assert np.array_equal(n_out, expected), f"expected n_out = {expected.tolist()}, got {n_out.tolist()} (output {out.tolist()}): {RULE}"''',
+    "forced-run": '''\
+    k = DRAFT.shape[1]
+    valid = np.arange(k)[None, :] < NUM_DRAFT[:, None]
+    at = np.where(valid, DRAFT, 0)[..., None]
+    p_x = np.take_along_axis(P[:, :k], at, axis=2)[..., 0]
+    q_x = np.take_along_axis(Q, at, axis=2)[..., 0]
+    must = np.cumprod(valid & (p_x >= q_x) & (p_x > 0), axis=1).sum(axis=1)  # leading drafts it must accept
+    stop = np.take_along_axis(np.pad(p_x, ((0, 0), (0, 1))), must[:, None], axis=1)[:, 0]
+    exact = (must == NUM_DRAFT) | (stop <= 0)  # the run ends at num_draft or at a p = 0 draft (must be rejected)
+    accepted = n_out - 1
+    bad = (accepted < must) | (exact & (accepted != must))
+    assert not bad.any(), f"expected accepted drafts {must.tolist()} (exactly: {exact.tolist()}), got {accepted.tolist()}: {RULE}"''',
+}
+
+_CLAUSE_CHECK = '''\
+    b, k = DRAFT.shape
+    v = P.shape[-1]
+    broken = {{}}
+    if out.shape != (b, k + 1) or n_out.shape != (b,):
+        broken["shape"] = f"out {{out.shape}}, n_out {{n_out.shape}}"
+    elif out.dtype.kind not in "iu" or n_out.dtype.kind not in "iu":
+        broken["dtype"] = f"out {{out.dtype}}, n_out {{n_out.dtype}}"
+    else:
+        emitted = np.arange(k + 1)[None, :] < n_out[:, None]
+        if ((n_out < 1) | (n_out > NUM_DRAFT + 1)).any():
+            broken["n_out-range"] = f"n_out {{n_out.tolist()}} with num_draft {{NUM_DRAFT.tolist()}}"
+        elif (emitted & ((out < 0) | (out >= v))).any():
+            broken["vocab-range"] = f"emitted ids {{np.where(emitted, out, 0).tolist()}} with V = {{v}}"
+        elif (~emitted & (out != -1)).any():
+            broken["padding"] = f"out {{out.tolist()}}"
+        elif (emitted[:, :k] & (np.arange(k)[None, :] < (n_out - 1)[:, None]) & (out[:, :k] != DRAFT)).any():
+            broken["prefix"] = f"out {{out.tolist()}} with drafts {{DRAFT.tolist()}}"
+    assert {clause!r} not in broken, f"expected {{RULE}}, got {{broken.get({clause!r})}}"'''
+
+_SCRIPTED = '''\
+#: The uniforms the target drew in the shrunk call, in the order it asked for them (then 0.0 and 1 - 2**-53 by turns).
+UNIFORMS = {uniforms}
+HIGH32 = 1.0 - 2.0**-24  # a float32 request gets the largest float32 below 1 instead of 1 - 2**-53
+
+
+class Uniforms(np.random.Generator):
+    """A Generator handing out UNIFORMS in order through random / uniform / integers / exponential."""
+
+    def __init__(self):
+        super().__init__(np.random.PCG64({seed}))  # other methods draw real randomness (none should be needed)
+        self.i = 0
+
+    def _u(self, size, dtype=np.float64):
+        n = 1 if size is None else int(np.prod(size))
+        idx = self.i + np.arange(n)
+        self.i += n
+        first = {first}
+        terms = np.array([UNIFORMS[i] if i < len(UNIFORMS) else (0.0 if (first + i) % 2 == 0 else 1.0 - 2.0**-53)
+                          for i in idx.tolist()])
+        if np.dtype(dtype) == np.float32:
+            terms = np.where(terms > 0, HIGH32, 0.0)
+        terms = terms.astype(dtype)
+        return terms[0].item() if size is None else terms.reshape(size)
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        if out is not None:
+            out[...] = self._u(out.shape, out.dtype)
+            return out
+        return self._u(size, dtype)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        return low + (high - low) * self._u(size)
+
+    def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False):
+        low, high = (0, low) if high is None else (low, high)
+        span = high - low + (1 if endpoint else 0)
+        value = np.minimum(low + np.floor(np.asarray(self._u(size)) * span).astype(np.int64), low + span - 1)
+        return value.astype(dtype).item() if size is None else value.astype(dtype)
+
+    def standard_exponential(self, size=None, dtype=np.float64, method="zig", out=None):
+        value = -np.log1p(-np.asarray(self._u(size), dtype=np.float64))
+        return float(value) if size is None else value.astype(dtype)
+
+    def exponential(self, scale=1.0, size=None):
+        value = -scale * np.log1p(-np.asarray(self._u(size), dtype=np.float64))
+        return float(value) if size is None else value
+
+
+def make_rng():
+    return Uniforms()
+'''
+
+_PCG64 = '''\
+#: The state of the PCG64 generator the target was handed (np.random.default_rng(...) of the probe, mid-stream).
+STATE = {state}
+
+
+def make_rng():
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = STATE
+    return rng
+'''
+
+_FILE = '''\
+"""Repro of specaudit's finding {scenario} / {check}: {rule_text}.
+
+Found by specaudit {version} on `{run_target}` ({summary}).
+Shrunk from {before} to {after}{decimals} ({replays} replays).
+
+    pytest {name}                                              # fails on the target
+    SPECAUDIT_REPRO_TARGET=pkg.module:verify pytest {name}     # test another verifier (a fix)
+
+The target is called in the canonical contract:
+verify(draft[B,K] int64, q[B,K,V] float64, p[B,K+1,V] float64, num_draft[B] int64, rng) -> (out[B,K+1], n_out[B]).
+"""
+
+import importlib
+import importlib.util
+import os
+
+import numpy as np
+
+TARGET = os.environ.get("{variable}", {target!r})
+RULE = {rule_text!r}
+
+DRAFT = np.array({draft}, dtype=np.int64)
+Q = np.array({q}, dtype=np.float64)
+P = np.array({p}, dtype=np.float64)
+NUM_DRAFT = np.array({num_draft}, dtype=np.int64)
+
+{source}
+
+def load(spec):
+    """Return the callable ``module:attr`` (or ``path/to/file.py:attr``) names."""
+    module_name, _, attr = spec.rpartition(":")
+    if module_name.endswith(".py"):
+        found = importlib.util.spec_from_file_location("repro_target", module_name)
+        module = importlib.util.module_from_spec(found)
+        found.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    obj = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_repro():
+    verify = load(TARGET)
+    result = verify(DRAFT.copy(), Q.copy(), P.copy(), NUM_DRAFT.copy(), make_rng())
+    out, n_out = (np.asarray(x) for x in result)
+{check_code}
+'''
+
+
+def _shape_text(shape: tuple[int, int, int]) -> str:
+    b, k, v = shape
+    return f"{b} row{'s' if b != 1 else ''}, K = {k}, V = {v}"
+
+
+def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any]) -> str:
+    """Return the text of the repro file of ``f`` shrunk to ``shrunk``, loading ``target`` by default."""
+    call = shrunk.call
+    rule = call.rule
+    uniforms = _uniforms(shrunk, target)
+    if call.source["kind"] == "scripted":
+        first = int(call.source["start"]) + int(call.source.get("skip", 0))
+        source = _SCRIPTED.format(uniforms=repr(uniforms), seed=int(call.source.get("seed", 0)), first=first)
+    else:
+        source = _PCG64.format(state=repr(dict(call.source["state"])))
+    check_code = _CLAUSE_CHECK.format(clause=rule.split(":", 1)[1]) if rule.startswith("clause:") else _CHECKS[rule]
+    summary = f.summary if len(f.summary) <= 200 else f.summary[:197] + "..."
+    return _FILE.format(
+        scenario=f.scenario, check=f.check, rule_text=RULES[rule], version=doc.get("version", "?"),
+        run_target=doc.get("target", "?"), summary=summary.replace('"""', "'''").replace("\\", "\\\\"),
+        before=_shape_text(shrunk.before), after=_shape_text(shrunk.after),
+        decimals=f", probabilities rounded to {shrunk.decimals} decimal(s)" if shrunk.decimals is not None else "",
+        replays=shrunk.replays, name=f"test_repro_{_slug(f.scenario)}_{_slug(f.check)}.py", variable=TARGET_VARIABLE,
+        target=target, draft=_array(call.draft, " " * 17), q=_array(call.q, " " * 13), p=_array(call.p, " " * 13),
+        num_draft=json.dumps(call.num_draft.tolist()), source=source, check_code=check_code,
+    )
+
+
+def write_all(repros: Sequence[Repro], out_dir: str | Path) -> list[Path]:
+    """Write every repro into ``out_dir``: rendered into a temporary folder beside it, then moved in (nothing half-written)."""
+    out = Path(out_dir)
+    parent = out.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        for r in repros:
+            (staging / r.name).write_text(r.text, encoding="utf-8")
+        if not out.exists():
+            os.replace(staging, out)
+            return [out / r.name for r in repros]
+        for r in repros:
+            os.replace(staging / r.name, out / r.name)
+        return [out / r.name for r in repros]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

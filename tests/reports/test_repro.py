@@ -1,0 +1,110 @@
+"""`specaudit repro`: each failed exact finding as a self-contained pytest file.
+
+Positive and negative controls for every file written: it fails against the mutant that produced
+it and passes with SPECAUDIT_REPRO_TARGET set to the reference verifier; it imports no specaudit
+module; the shrunk call is one row with at most two drafts. Hostile inputs: a results file with no
+failure, a truncated one, one whose target no longer imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specaudit.cli import main
+from specaudit.errors import ExitCode
+
+REFERENCE = "specaudit.verifiers.reference:verify"
+#: (mutant, the check whose repro must be written): a boundary bug, and a lost bonus token
+MUTANTS = [("leq_ratio", "adversarial-uniforms"), ("no_bonus", "corner-p-equals-q")]
+
+
+def _run(target: str, out: Path) -> None:
+    got = CliRunner().invoke(main, ["run", target, "-s", "corners", "--no-power", "--json", str(out)])
+    assert got.exit_code in (ExitCode.OK, ExitCode.CHECKS_FAILED), got.output
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """Run each mutant on `corners` and write its repro files: {mutant: (folder, repro output)}."""
+    done = {}
+    for mutant, _ in MUTANTS:
+        base = tmp_path_factory.mktemp(mutant)
+        _run(f"specaudit.verifiers.zoo.chain:{mutant}", base / "r.json")
+        got = CliRunner().invoke(main, ["repro", str(base / "r.json"), "-o", str(base / "repro")])
+        assert got.exit_code == ExitCode.OK, got.output
+        done[mutant] = (base / "repro", got.output)
+    return done
+
+
+def _pytest(path: Path, target: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SPECAUDIT_REPRO_TARGET"}
+    if target is not None:
+        env["SPECAUDIT_REPRO_TARGET"] = target
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-p", "no:specaudit", str(path)], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize(("mutant", "check"), MUTANTS)
+def test_a_repro_fails_on_its_mutant_and_passes_on_the_reference(written, mutant, check):
+    folder, output = written[mutant]
+    path = folder / f"test_repro_corners_{check.replace('-', '_')}.py"
+    assert path.exists(), (output, sorted(p.name for p in folder.iterdir()))
+    bad = _pytest(path, None)
+    assert bad.returncode == 1, bad.stdout[-2000:]
+    assert "expected" in bad.stdout.lower(), bad.stdout[-2000:]
+    good = _pytest(path, REFERENCE)
+    assert good.returncode == 0, good.stdout[-2000:]
+
+
+@pytest.mark.parametrize(("mutant", "check"), MUTANTS)
+def test_a_repro_imports_numpy_and_the_target_only_and_is_shrunk(written, mutant, check):
+    folder, output = written[mutant]
+    path = folder / f"test_repro_corners_{check.replace('-', '_')}.py"
+    tree = ast.parse(path.read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "specaudit" not in imported and "numpy" in imported, imported
+    line = next(x for x in output.splitlines() if path.name in x)
+    assert "to 1 row(s)" in line, line
+    k = int(line.rsplit("K = ", 1)[1].split(",")[0])
+    assert k <= 2, line
+
+
+def test_a_passing_run_has_nothing_to_reproduce(tmp_path):
+    _run(REFERENCE, tmp_path / "r.json")
+    got = CliRunner().invoke(main, ["repro", str(tmp_path / "r.json"), "-o", str(tmp_path / "repro")])
+    assert got.exit_code == ExitCode.OK, got.output
+    assert "nothing to reproduce" in got.output
+    assert not (tmp_path / "repro").exists()
+
+
+def test_a_truncated_results_file_is_a_usage_error_and_nothing_is_written(tmp_path, written):
+    folder, _ = written["leq_ratio"]
+    source = folder.parent / "r.json"
+    broken = tmp_path / "r.json"
+    broken.write_text(source.read_text()[: len(source.read_text()) // 2])
+    got = CliRunner().invoke(main, ["repro", str(broken), "-o", str(tmp_path / "repro")])
+    assert got.exit_code == ExitCode.USAGE_ERROR, got.output
+    assert "r.json" in got.output
+    assert not (tmp_path / "repro").exists()
+
+
+def test_a_target_that_no_longer_imports_is_a_usage_error_and_nothing_is_written(tmp_path, written):
+    folder, _ = written["leq_ratio"]
+    doc = json.loads((folder.parent / "r.json").read_text())
+    doc["target"] = "no_such_module_here:verify"
+    moved = tmp_path / "r.json"
+    moved.write_text(json.dumps(doc))
+    got = CliRunner().invoke(main, ["repro", str(moved), "-o", str(tmp_path / "repro")])
+    assert got.exit_code == ExitCode.USAGE_ERROR, got.output
+    assert "no_such_module_here" in got.output
+    assert not (tmp_path / "repro").exists()
