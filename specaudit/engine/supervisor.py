@@ -110,6 +110,9 @@ def _prepare_quietly(names: Sequence[str], tid: list[int]) -> None:
     thread's id, for :meth:`_Supervisor.settle` to restore its priority once the run waits for it.
     """
     tid.append(threading.get_native_id())
+    # a stop is the main thread's: delivered here while the main thread holds it back (stops.held), the main
+    # thread's handler ran inside the held section anyway (a child forked and never ended, the exit hung on it)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops.STOPS)
     if sys.platform.startswith("linux"):  # elsewhere a thread id is no process id: leave the priority alone
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, tid[0], _WARM_NICENESS)
@@ -758,6 +761,12 @@ class _Supervisor:
             with stops.held():  # a stop (the verifier's first call may send it) waits until the child can be ended
                 with contextlib.nullcontext() if self.method == "fork" or _from_main(self.target) else _main_left_out():
                     child.start()
+        except KeyboardInterrupt:  # the held stop, let in as the block ends: the child just started is ended here
+            if getattr(child, "_popen", None) is not None:
+                self._end(child)
+            for fd in (mine, out, hear, answer):
+                os.close(fd)
+            raise
         except (pickle.PicklingError, TypeError, AttributeError) as exc:  # spawn, forkserver: what the child gets is pickled
             for fd in (mine, out, hear, answer):
                 os.close(fd)
