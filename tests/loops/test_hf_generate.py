@@ -32,12 +32,28 @@ def test_exact_law_is_a_law_with_eos_padding(law):
     assert (law > 0).sum() > 5  # far from a point mass
 
 
-def test_released_transformers_passes_and_mutant_fails(law):
-    # positive control (installed transformers) and negative control (q before temperature / top-k / top-p);
-    # at L = 2 the assistant drafts one token a round, so draft-probs-shifted has no row to shift
+#: The verdict each audited transformers release deserves end to end (.ci/run installs the one CI runs).
+VERDICTS = {"5.25.0": Status.PASSED}
+
+
+def _audited_release() -> str:
+    """Return the installed transformers release, skipping (saying so) one with no recorded verdict."""
+    import transformers
+
+    release = transformers.__version__
+    if release not in VERDICTS:
+        pytest.skip(f"transformers {release}: no end-to-end verdict recorded for it (audited: {', '.join(VERDICTS)})")
+    return release
+
+
+def test_released_transformers_gets_its_verdict_and_mutant_fails(law):
+    # the release under audit (named, never whichever pip resolved) and a negative control (q before
+    # temperature / top-k / top-p); at L = 2 the assistant drafts one token a round, so draft-probs-shifted
+    # has no row to shift
+    release = _audited_release()
     good = hf.joint_law(hf.sample_counts(SETUP, N, 11), law, SETUP, 1e-3)
     bad = hf.joint_law(hf.sample_counts(SETUP, N, 11, mutant="draft-probs-unprocessed"), law, SETUP, 1e-3)
-    assert good.status is Status.PASSED, good.summary
+    assert good.status is VERDICTS[release], good.summary
     assert bad.status is Status.FAILED, bad.summary
 
 
@@ -55,7 +71,7 @@ def test_malformed_continuations_fail():
 
 
 def test_greedy_assisted_equals_plain():
-    assert hf.greedy_equality(SETUP).status is Status.PASSED
+    assert hf.greedy_equality(SETUP).status is VERDICTS[_audited_release()]
 
 
 def test_bad_setup_and_version_are_usage_errors():
