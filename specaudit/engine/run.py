@@ -150,8 +150,11 @@ def apply_holm(
     return tuple(dataclasses.replace(s, checks=tuple(more_efficient_passes(c))) for s, c in zip(scenarios, new))
 
 
-#: What an efficiency check that a lossless verifier beat says in place of its failure.
-MORE_EFFICIENT = "more efficient than the scheme's rule, and the joint law passed: lossless, and better than the bound"
+#: What an efficiency check that a lossless verifier beat says in place of its failure, by the joint law's verdict.
+MORE_EFFICIENT = {
+    Status.PASSED: "more efficient than the scheme's rule, and the joint law passed: lossless, and better than the bound",
+    Status.SUSPECT: "more efficient than the scheme's rule; the joint law is suspect, and this check takes its verdict",
+}
 
 
 def _more_efficient(check: CheckResult) -> bool:
@@ -168,20 +171,22 @@ def _more_efficient(check: CheckResult) -> bool:
 
 
 def more_efficient_passes(checks: Sequence[CheckResult]) -> list[CheckResult]:
-    """Return ``checks`` with each efficiency check that failed in the verifier's favour passed, as such.
+    """Return ``checks`` with each efficiency check that departed in the verifier's favour given the joint law's verdict.
 
     Tokens/step and accept length are one-sided: the closed form is the scheme's rule (SpecInfer's,
     the chain's), and a verifier that accepts more (one that merges equal-token siblings, block
-    verification on a chain scenario) is no bug when the same scenario's joint law passed: it is
-    lossless, and better. Less efficient than the bound, or any departure without a passed joint
-    law, stays as settled.
+    verification on a chain scenario) has lost nothing unless the same scenario's joint law says so:
+    the joint law judges loss, and a departure in the verifier's favour takes its verdict (PASSED,
+    or SUSPECT, which the re-run decides). Less efficient than the bound, or any departure with the
+    joint law failed, errored or not run, stays as settled. Idempotent: a check given a verdict keeps it.
     """
     joint = next((c for c in checks if c.name == "joint-law"), None)
-    if joint is None or joint.status is not Status.PASSED:
+    if joint is None or joint.status not in MORE_EFFICIENT:
         return list(checks)
-    return [dataclasses.replace(c, status=Status.PASSED, summary=f"{c.summary}; {MORE_EFFICIENT}",
+    return [dataclasses.replace(c, status=joint.status, summary=f"{c.summary}; {MORE_EFFICIENT[joint.status]}",
                                 data={**(c.data or {}), "more_efficient": True})
-            if c.category is Category.EFFICIENCY and c.status in (Status.FAILED, Status.SUSPECT) and _more_efficient(c)
+            if (c.category is Category.EFFICIENCY and c.status in (Status.FAILED, Status.SUSPECT)
+                and not (c.data or {}).get("more_efficient") and _more_efficient(c))
             else c for c in checks]
 
 

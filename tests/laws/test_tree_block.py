@@ -308,7 +308,7 @@ def test_a_more_efficient_lossless_verifier_passes_as_such_and_a_less_efficient_
     assert "more_efficient" not in worse.check("tokens-per-step").data
 
 
-def test_an_efficiency_departure_is_excused_only_in_the_verifier_favour_and_only_with_the_joint_law_passed():
+def test_an_efficiency_departure_in_the_verifier_favour_takes_the_joint_law_verdict_and_no_other_is_excused():
     from specaudit.engine.run import more_efficient_passes
     from specaudit.results import Category, CheckResult
 
@@ -325,9 +325,15 @@ def test_an_efficiency_departure_is_excused_only_in_the_verifier_favour_and_only
 
     got = more_efficient_passes([joint(Status.PASSED), tps(2.1), tps(1.9), accept([40, 60]), accept([60, 40])])
     assert [c.status for c in got[1:]] == [Status.PASSED, Status.FAILED, Status.PASSED, Status.SUSPECT]
-    for lost in (Status.FAILED, Status.SUSPECT):  # no passed joint law: nothing shows the verifier lossless
+    for lost in (Status.FAILED, Status.ERROR, Status.SKIPPED):  # the joint law shows no loss: nothing excuses it
         assert more_efficient_passes([joint(lost), tps(2.1)])[1].status is Status.FAILED
     assert more_efficient_passes([tps(2.1)])[0].status is Status.FAILED
+    # a suspect joint law: the favourable departure takes its verdict (the re-run decides both), once
+    once = more_efficient_passes([joint(Status.SUSPECT), tps(2.1), tps(1.9)])
+    assert [c.status for c in once[1:]] == [Status.SUSPECT, Status.FAILED]
+    assert "the joint law is suspect" in once[1].summary
+    twice = more_efficient_passes(once)
+    assert twice[1].summary == once[1].summary and twice == once
 
 
 def test_block_reference_keeps_a_sure_draft_at_the_largest_uniform():
