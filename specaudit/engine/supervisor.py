@@ -490,7 +490,8 @@ class _Supervisor:
             names = _JUDGING + (_FINISHING if self.settings.power else ())
             self._warming = threading.Thread(target=_prepare_quietly, args=(names, self._warming_tid), daemon=True,
                                              name="specaudit-warm-imports")
-            self._warming.start()
+            with stops.held():  # started whole (a stop inside start() left a thread settle() could not join), stops blocked
+                self._warming.start()
 
     def settle(self) -> None:
         """Wait for the import thread: a fork while it holds an import lock would leave the child stuck on it.

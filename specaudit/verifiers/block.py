@@ -70,7 +70,9 @@ def block_verify(
     for i in range(k):
         valid = i < num_draft
         x = np.where(valid, draft[:, i], 0)  # padding ids may be garbage: never index with them
-        weight = np.where(valid, np.minimum(1.0, weight * _ratio(p[rows, i, x], q[rows, i, x])), weight)
+        # P_i = min(1, P_{i-1} p/q); once 0 it stays 0 (0 * inf, a draft with q = 0 after one with p = 0, is 0, not NaN)
+        grown = np.where(weight > 0, weight, 1.0) * _ratio(p[rows, i, x], q[rows, i, x])
+        weight = np.where(valid, np.where(weight > 0, np.minimum(1.0, grown), 0.0), weight)
         last = i + 1 == num_draft
         # h_i needs the next position's laws; at the last draft it is P_K. Padding rows read
         # position i + 1 only through where(), which discards it (i + 1 <= num_draft there).
