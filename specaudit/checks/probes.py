@@ -169,6 +169,7 @@ class Prober:
         self.deterministic: bool | None = None  # the determinism probe's same-seed verdict, reused by padding
         self.last: tuple[Inputs, dict[str, Any] | None] | None = None  # the last call's inputs and random source
         self.breach_call: dict[str, Any] | None = None  # the first contract breach's call, replayable
+        self.mutation_call: dict[str, Any] | None = None  # the first call that wrote into its inputs, replayable
 
     def rng(self, tag: str) -> np.random.Generator:
         """Return a Generator fixed by the scenario seed and ``tag``."""
@@ -193,6 +194,8 @@ class Prober:
                 self.moved["python"] += py_state != _pyrandom.getstate()
         change = inputs.first_change(given)
         if change is not None:
+            if not self.mutations:
+                self.mutation_call = self.record("inputs-unmodified")
             self.mutations.append((self.check, change))
         try:
             return validate_output(result, inputs.draft, inputs.num_draft, self.vocab)
@@ -782,12 +785,13 @@ def padding_independence(pr: Prober) -> CheckResult:
     high = pr.call(variant(v - 1), np.random.default_rng(seed))
     b = _same(low, high)
     if b is not None:
+        call = pr.record("padding", (variant(0), source_of(np.random.default_rng(seed))))
         return result_of(
             name, CONTRACT, False,
             f"only the padding past num_draft changed (token 0 vs {v - 1}, same seed) and row {b} (num_draft = "
             f"{base.num_draft[b]}) went from {low[0][b].tolist()} to {high[0][b].tolist()}: the verifier reads padding "
             f"(flashinfer #879, vLLM PR #46533 class)",
-            row=b,
+            row=b, call=call,
         )
     return result_of(name, CONTRACT, True, f"output unchanged when the padding past num_draft changes ({pr.probe_rows} rows, same seed)")
 
@@ -996,7 +1000,7 @@ def inputs_unmodified(pr: Prober) -> CheckResult:
             name, CONTRACT, False,
             f"the verifier writes into its inputs: {change} (in {where}); {len(pr.mutations)} of {pr.calls} calls "
             "(vllm-ascend PR #2881 zeroed target_probs in place)",
-            mutations=[f"{w}: {c}" for w, c in pr.mutations[:10]],
+            mutations=[f"{w}: {c}" for w, c in pr.mutations[:10]], call=getattr(pr, "mutation_call", None),
         )
     return result_of(name, CONTRACT, True, f"draft, q, p and num_draft unchanged after all {pr.calls} calls")
 

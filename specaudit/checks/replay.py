@@ -27,7 +27,7 @@ from specaudit.contract.chain import CLAUSES, validate_output
 from specaudit.contract.uniforms import ScriptedUniforms
 from specaudit.errors import ContractError
 
-__all__ = ["RULES", "SOURCES", "Call", "Violation", "make_rng", "replay", "source_of", "violation"]
+__all__ = ["RULES", "SOURCES", "Call", "Violation", "first_write", "make_rng", "padded", "replay", "source_of", "violation"]
 
 #: Rule id -> the rule in one sentence (what the assertion of a repro states). ``clause:ID`` is a contract clause.
 RULES: dict[str, str] = {
@@ -36,6 +36,8 @@ RULES: dict[str, str] = {
     "argmax": "with a one-hot target every emitted token is the target's only token (its argmax)",
     "argmax-run": "with a one-hot target the accepted count is the run of drafts equal to the argmax",
     "forced-run": "a draft with p >= q > 0 is always accepted and one with p = 0 never (accept iff u < p/q, u < 1)",
+    "padding": "what lies past num_draft (draft ids, q rows, p rows after the bonus position) never changes the output",
+    "inputs-unmodified": "the verifier never writes into draft, q, p or num_draft",
     **{f"clause:{cid}": text for cid, text in CLAUSES.items()},
 }
 #: Kinds of random source a call can be replayed through.
@@ -112,6 +114,10 @@ class Call:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"call inputs are not numeric arrays: {exc}") from None
         b = nd.shape[0] if nd.ndim == 1 else -1
+        # JSON lists lose the trailing axes of an empty array (K = 0: q is [[]]): take them from p
+        if p.ndim == 3 and p.shape[0] == b and draft.size == 0 and q.size == 0:
+            draft = draft.reshape(b, p.shape[1] - 1)
+            q = q.reshape(b, p.shape[1] - 1, p.shape[2])
         if draft.ndim != 2 or draft.shape[0] != b or q.shape[:2] != draft.shape or p.ndim != 3 \
                 or p.shape[:2] != (b, draft.shape[1] + 1) or q.shape[-1] != p.shape[-1]:
             raise ValueError(f"call inputs have inconsistent shapes: draft {draft.shape}, q {q.shape}, p {p.shape}, "
@@ -164,8 +170,8 @@ def violation(rule: str, call: Call, result: Any) -> Violation | None:
         if rule == f"clause:{exc.clause}":
             return Violation(0, CLAUSES[exc.clause], exc.detail)
         return None  # another failure than the one being replayed
-    if rule.startswith("clause:"):
-        return None
+    if rule.startswith("clause:") or rule in ("padding", "inputs-unmodified"):
+        return None  # replayed by :func:`replay` itself (more than one call, or the inputs after the call)
     k = call.draft.shape[1]
     emitted = _emitted(n_out, k + 1)
     if rule == "p-positive":
@@ -223,14 +229,77 @@ def forced(call: Call) -> tuple[np.ndarray, np.ndarray]:
     return lo, (lo == call.num_draft) | (stop <= 0)
 
 
+def padded(call: Call, token: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``call``'s draft, q and p with everything past num_draft set to ``token`` (its law 0.9 at ``token``).
+
+    The padding rule compares the outputs of the two paddings ``token`` = 0 and V - 1 (the same
+    random source for both); whatever the recorded padding was, these two replace it.
+    """
+    k, v = call.draft.shape[1], call.p.shape[-1]
+    pad = np.arange(k)[None, :] >= call.num_draft[:, None]
+    pad_p = np.arange(k + 1)[None, :] > call.num_draft[:, None]
+    law = np.full(v, 0.1 / max(v - 1, 1))
+    law[token] = 0.9 if v > 1 else 1.0
+    draft, q, p = call.draft.copy(), call.q.copy(), call.p.copy()
+    draft[pad], q[pad], p[pad_p] = token, law, law
+    return draft, q, p
+
+
+def _outputs(result: Any, call: Call) -> tuple[np.ndarray, np.ndarray] | None:
+    try:
+        return validate_output(result, call.draft, call.num_draft, call.p.shape[-1])
+    except ContractError:
+        return None  # a contract breach is another finding than the one being replayed
+
+
+def _padding(verify: Callable[..., Any], call: Call) -> Violation | None:
+    """Replay the two paddings of :func:`padded` through the same source; the first row whose output differs."""
+    v = call.p.shape[-1]
+    if v < 2 or not np.any(call.num_draft < call.draft.shape[1]):
+        return None  # nothing to pad, or one token to pad with
+    got = []
+    for token in (0, v - 1):
+        draft, q, p = padded(call, token)
+        found = _outputs(verify(draft, q, p, call.num_draft.copy(), make_rng(call.source)), call)
+        if found is None:
+            return None
+        got.append(found)
+    (out_a, n_a), (out_b, n_b) = got
+    rows = np.flatnonzero((out_a != out_b).any(axis=1) | (n_a != n_b))
+    if not rows.size:
+        return None
+    b = int(rows[0])
+    return Violation(b, f"the same output for padding token 0 and {v - 1}: {out_a[b, : n_a[b]].tolist()}",
+                     f"padding token 0 gave {out_a[b, : n_a[b]].tolist()}, padding token {v - 1} gave "
+                     f"{out_b[b, : n_b[b]].tolist()} (num_draft = {int(call.num_draft[b])})")
+
+
+def first_write(before: tuple[np.ndarray, ...], after: tuple[np.ndarray, ...]) -> tuple[int, str] | None:
+    """Return the row and a description of the first entry of draft, q, p, num_draft that differs in ``after``
+    (the verifier wrote it), or None."""
+    for name, a, b in zip(("draft", "q", "p", "num_draft"), before, after):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return 0, f"{name} changed shape/dtype from {a.shape} {a.dtype} to {b.shape} {b.dtype}"
+        diff = ~((a == b) | (np.isnan(a) & np.isnan(b))) if a.dtype.kind == "f" else a != b
+        if diff.any():
+            where = tuple(int(i) for i in np.argwhere(diff)[0])
+            return where[0], f"{name}{list(where)} {a[where]:.6g} -> {b[where]:.6g} ({int(diff.sum())} entries changed)"
+    return None
+
+
 def replay(verify: Callable[..., Any], call: Call) -> Violation | None:
     """Call ``verify`` on copies of ``call``'s inputs through its random source; return the rule's violation or None.
 
     A verifier that raises on these inputs keeps no rule broken here (another failure): None.
     """
-    rng = make_rng(call.source)
     try:
-        result = verify(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(), rng)
+        if call.rule == "padding":
+            return _padding(verify, call)
+        given = (call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy())
+        result = verify(*given, make_rng(call.source))
     except Exception:  # noqa: BLE001 - a crash is another finding than the one being replayed
         return None
+    if call.rule == "inputs-unmodified":
+        change = first_write((call.draft, call.q, call.p, call.num_draft), tuple(np.asarray(x) for x in given))
+        return None if change is None else Violation(change[0], "draft, q, p and num_draft unchanged", change[1])
     return violation(call.rule, call, result)

@@ -278,9 +278,9 @@ import numpy as np
 TARGET = os.environ.get("{variable}", {target!r})
 RULE = {rule_text!r}
 
-DRAFT = np.array({draft}, dtype=np.int64)
-Q = np.array({q}, dtype=np.float64)
-P = np.array({p}, dtype=np.float64)
+DRAFT = np.array({draft}, dtype=np.int64).reshape({draft_shape})
+Q = np.array({q}, dtype=np.float64).reshape({q_shape})
+P = np.array({p}, dtype=np.float64).reshape({p_shape})
 NUM_DRAFT = np.array({num_draft}, dtype=np.int64)
 
 {source}
@@ -302,10 +302,41 @@ def load(spec):
 
 def test_repro():
     verify = load(TARGET)
+{body}
+'''
+
+#: The body of ``test_repro`` for a rule judged on one call's output (the rule's check follows it).
+_ONE_CALL = '''\
     result = verify(DRAFT.copy(), Q.copy(), P.copy(), NUM_DRAFT.copy(), make_rng())
     out, n_out = (np.asarray(x) for x in result)
-{check_code}
 '''
+
+#: Bodies of ``test_repro`` for rules judged on more than one call, or on the inputs after the call.
+_BODIES = {
+    "padding": '''\
+    v = P.shape[-1]
+    pad = np.arange(DRAFT.shape[1])[None, :] >= NUM_DRAFT[:, None]  # draft and q slots past num_draft
+    pad_p = np.arange(P.shape[1])[None, :] > NUM_DRAFT[:, None]  # p rows past the bonus position
+    outputs = []
+    for token in (0, v - 1):  # two calls that differ only in the padding, through the same random source
+        law = np.full(v, 0.1 / (v - 1))
+        law[token] = 0.9
+        draft, q, p = DRAFT.copy(), Q.copy(), P.copy()
+        draft[pad], q[pad], p[pad_p] = token, law, law
+        out, n_out = (np.asarray(x) for x in verify(draft, q, p, NUM_DRAFT.copy(), make_rng()))
+        outputs.append([row[:n].tolist() for row, n in zip(out, n_out)])
+    assert outputs[0] == outputs[1], (
+        f"expected the same output for padding token 0 and {{v - 1}}, got {{outputs[0]}} and {{outputs[1]}}: {{RULE}}")''',
+    "inputs-unmodified": '''\
+    given = {{"draft": DRAFT.copy(), "q": Q.copy(), "p": P.copy(), "num_draft": NUM_DRAFT.copy()}}
+    verify(given["draft"], given["q"], given["p"], given["num_draft"], make_rng())
+    written = []
+    for name, before in (("draft", DRAFT), ("q", Q), ("p", P), ("num_draft", NUM_DRAFT)):
+        after = np.asarray(given[name])
+        for where in np.argwhere(after != before)[:3].tolist():
+            written.append(f"{{name}}{{where}}: {{before[tuple(where)]}} -> {{after[tuple(where)]}}")
+    assert not written, f"expected the inputs unchanged after the call, got {{'; '.join(written)}}: {{RULE}}"''',
+}
 
 
 def _shape_text(shape: tuple[int, int, int]) -> str:
@@ -323,7 +354,11 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any]) -> s
         source = _SCRIPTED.format(uniforms=repr(uniforms), seed=int(call.source.get("seed", 0)), first=first)
     else:
         source = _PCG64.format(state=repr(dict(call.source["state"])))
-    check_code = _CLAUSE_CHECK.format(clause=rule.split(":", 1)[1]) if rule.startswith("clause:") else _CHECKS[rule]
+    if rule in _BODIES:
+        body = _BODIES[rule].format()
+    else:
+        body = _ONE_CALL + (_CLAUSE_CHECK.format(clause=rule.split(":", 1)[1]) if rule.startswith("clause:")
+                            else _CHECKS[rule])
     summary = f.summary if len(f.summary) <= 200 else f.summary[:197] + "..."
     return _FILE.format(
         scenario=f.scenario, check=f.check, rule_text=RULES[rule], version=doc.get("version", "?"),
@@ -332,7 +367,8 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any]) -> s
         decimals=f", probabilities rounded to {shrunk.decimals} decimal(s)" if shrunk.decimals is not None else "",
         replays=shrunk.replays, name=f"test_repro_{_slug(f.scenario)}_{_slug(f.check)}.py", variable=TARGET_VARIABLE,
         target=target, draft=_array(call.draft, " " * 17), q=_array(call.q, " " * 13), p=_array(call.p, " " * 13),
-        num_draft=json.dumps(call.num_draft.tolist()), source=source, check_code=check_code,
+        num_draft=json.dumps(call.num_draft.tolist()), source=source, body=body,
+        draft_shape=tuple(call.draft.shape), q_shape=tuple(call.q.shape), p_shape=tuple(call.p.shape),
     )
 
 

@@ -263,6 +263,19 @@ def nan_rows_token0(draft, q, p, num_draft, rng):
     return _chain(draft, q, p, num_draft, rng, residual="fmax")
 
 
+@_register("boundary", "vllm-ascend PR #2881 (target_probs zeroed in place: the caller's buffer written to)")
+def writes_target_probs(draft, q, p, num_draft, rng):
+    """Verify as the reference, then zero the target probability of each emitted token in the caller's p."""
+    # Lossless in its output; the bug is the write into an input the caller still holds (the next step, a
+    # logprobs pass or a re-verification reads the zeroed entries), so only the inputs-unmodified probe sees it.
+    out, n_out = _chain(draft, q, p, num_draft, rng)
+    held = np.asarray(p)
+    emitted = np.arange(out.shape[1])[None, :] < n_out[:, None]
+    rows, cols = np.nonzero(emitted)
+    held[rows, cols, out[rows, cols]] = 0.0
+    return out, n_out
+
+
 # ---------------------------------------------------------------------------------------------
 # Lossless controls: right law, fewer tokens per step
 # ---------------------------------------------------------------------------------------------
