@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from specaudit.checks.replay import Call, replay
+from specaudit.checks.replay import Call, admissible, replay
 
 __all__ = ["Shrunk", "shrink"]
 
@@ -51,8 +51,8 @@ def shrink(verify: Callable[..., Any], call: Call, budget: int = 400) -> Shrunk:
 
     def fails(candidate: Call) -> Call | None:
         nonlocal replays
-        if replays >= budget:
-            return None
+        if replays >= budget or not admissible(candidate):
+            return None  # out of replays, or a call too degenerate to show its rule reliably
         replays += 1
         found = replay(verify, candidate)
         return None if found is None else candidate.judged(found)

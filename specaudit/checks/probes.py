@@ -61,7 +61,7 @@ import numpy as np
 from specaudit.adapters.randomness import bypassed, hashed, op_draws, unreachable
 from specaudit.adapters.torch import takes_logits
 from specaudit.chains.sampling import sample_rows
-from specaudit.checks.replay import Call, replay, source_of
+from specaudit.checks.replay import Call, admissible, replay, source_of
 from specaudit.contract.chain import CLAUSES, validate_output
 from specaudit.contract.logits import LogitsParams
 from specaudit.contract.uniforms import ScriptedUniforms
@@ -218,7 +218,7 @@ class Prober:
             return None  # the verifier's output does not follow from its inputs and rng alone
         if 0 <= found.row < inputs.draft.shape[0]:  # a clause of the call's shape (an empty batch) has no row
             one = whole.rows(found.row)
-            again = replay(self.verify, one)
+            again = replay(self.verify, one) if admissible(one) else None
             if again is not None:
                 return one.judged(again).to_dict()
         return whole.judged(found).to_dict() if inputs.q.size + inputs.p.size <= CALL_FLOATS else None
@@ -719,12 +719,13 @@ def _determinism(pr: Prober) -> CheckResult:
         b = _same(first, second)
         pr.deterministic = b is None
         if b is not None:
+            call = pr.record("same-seed", (inputs, source_of(np.random.default_rng(seeds[0]))))
             return result_of(
                 name, CONTRACT, False,
                 f"same seed {seeds[0]}, same {label} inputs, different outputs: row {b} gave "
                 f"{first[0][b].tolist()} then {second[0][b].tolist()}: the verifier draws from a source other than "
                 f"rng: {foreign_source(pr, before)}",
-                row=b, drew=drew, cause="foreign-source",
+                row=b, drew=drew, cause="foreign-source", call=call,
             )
     if pr.greedy:
         return result_of(name, CONTRACT, True, "same seed -> identical outputs; temperature 0 (mode: greedy): the output "

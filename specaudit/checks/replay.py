@@ -27,7 +27,8 @@ from specaudit.contract.chain import CLAUSES, validate_output
 from specaudit.contract.uniforms import ScriptedUniforms
 from specaudit.errors import ContractError
 
-__all__ = ["RULES", "SOURCES", "Call", "Violation", "first_write", "make_rng", "padded", "replay", "source_of", "violation"]
+__all__ = ["AGREE_CHANCE", "REPEATS", "RULES", "SOURCES", "Call", "Violation", "admissible", "agree_chance",
+           "first_write", "make_rng", "padded", "replay", "source_of", "violation"]
 
 #: Rule id -> the rule in one sentence (what the assertion of a repro states). ``clause:ID`` is a contract clause.
 RULES: dict[str, str] = {
@@ -38,8 +39,14 @@ RULES: dict[str, str] = {
     "forced-run": "a draft with p >= q > 0 is always accepted and one with p = 0 never (accept iff u < p/q, u < 1)",
     "padding": "what lies past num_draft (draft ids, q rows, p rows after the bonus position) never changes the output",
     "inputs-unmodified": "the verifier never writes into draft, q, p or num_draft",
+    "same-seed": "the same inputs and the same rng state give the same output (the verifier draws from rng only)",
     **{f"clause:{cid}": text for cid, text in CLAUSES.items()},
 }
+#: Calls of the same-seed rule (the same inputs, each through a fresh source in the recorded state).
+REPEATS = 32
+#: A same-seed call is kept (recorded, or a shrink step taken) only where a verifier that draws elsewhere, if lossless,
+#: repeats its output REPEATS times with at most this chance (:func:`agree_chance`): the repro fails reliably.
+AGREE_CHANCE = 1e-6
 #: Kinds of random source a call can be replayed through.
 SOURCES = ("pcg64", "scripted")
 
@@ -170,7 +177,7 @@ def violation(rule: str, call: Call, result: Any) -> Violation | None:
         if rule == f"clause:{exc.clause}":
             return Violation(0, CLAUSES[exc.clause], exc.detail)
         return None  # another failure than the one being replayed
-    if rule.startswith("clause:") or rule in ("padding", "inputs-unmodified"):
+    if rule.startswith("clause:") or rule in ("padding", "inputs-unmodified", "same-seed"):
         return None  # replayed by :func:`replay` itself (more than one call, or the inputs after the call)
     k = call.draft.shape[1]
     emitted = _emitted(n_out, k + 1)
@@ -287,6 +294,43 @@ def first_write(before: tuple[np.ndarray, ...], after: tuple[np.ndarray, ...]) -
     return None
 
 
+def agree_chance(call: Call) -> float:
+    """Return a bound on the chance that REPEATS calls of a lossless verifier drawing fresh randomness agree.
+
+    A lossless verifier's first token of row b has the law p[b, 0] (the target's next-token law),
+    whatever the drafts; REPEATS independent calls agree on it with probability
+    ``sum_x p[b, 0, x] ** REPEATS``, and the rows are independent: the product over rows bounds
+    the chance that every output repeats.
+    """
+    rows = np.clip(call.p[:, 0], 0.0, 1.0) if call.p.shape[1] else np.ones((call.p.shape[0], 1))
+    per_row = np.sum(rows**REPEATS, axis=-1)
+    return float(np.exp(np.sum(np.log(np.maximum(per_row, 1e-300)))))
+
+
+def admissible(call: Call) -> bool:
+    """Return whether ``call`` shows its rule reliably (the same-seed rule: :data:`AGREE_CHANCE`; others: always)."""
+    return call.rule != "same-seed" or agree_chance(call) <= AGREE_CHANCE
+
+
+def _same_seed(verify: Callable[..., Any], call: Call) -> Violation | None:
+    """Call REPEATS times through fresh sources in the recorded state; the first row where an output differs."""
+    first: tuple[np.ndarray, np.ndarray] | None = None
+    for i in range(REPEATS):
+        found = _outputs(verify(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(),
+                                make_rng(call.source)), call)
+        if found is None:
+            return None
+        if first is None:
+            first = found
+            continue
+        rows = np.flatnonzero((found[0] != first[0]).any(axis=1) | (found[1] != first[1]))
+        if rows.size:
+            b = int(rows[0])
+            return Violation(b, f"every call repeats the first call's output {first[0][b, : first[1][b]].tolist()}",
+                             f"call {i} gave {found[0][b, : found[1][b]].tolist()}")
+    return None
+
+
 def replay(verify: Callable[..., Any], call: Call) -> Violation | None:
     """Call ``verify`` on copies of ``call``'s inputs through its random source; return the rule's violation or None.
 
@@ -295,6 +339,8 @@ def replay(verify: Callable[..., Any], call: Call) -> Violation | None:
     try:
         if call.rule == "padding":
             return _padding(verify, call)
+        if call.rule == "same-seed":
+            return _same_seed(verify, call)
         given = (call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy())
         result = verify(*given, make_rng(call.source))
     except Exception:  # noqa: BLE001 - a crash is another finding than the one being replayed

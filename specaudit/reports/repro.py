@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from specaudit.analysis.shrink import Shrunk, shrink
-from specaudit.checks.replay import RULES, Call, make_rng
+from specaudit.checks.replay import REPEATS, RULES, Call, agree_chance, make_rng
 from specaudit.contract.targets import import_string, load_target
 from specaudit.errors import ResultsFileError
 
@@ -327,6 +327,16 @@ _BODIES = {
         outputs.append([row[:n].tolist() for row, n in zip(out, n_out)])
     assert outputs[0] == outputs[1], (
         f"expected the same output for padding token 0 and {{v - 1}}, got {{outputs[0]}} and {{outputs[1]}}: {{RULE}}")''',
+    "same-seed": '''\
+    # A verifier that draws from rng only repeats its output; one that draws elsewhere (and is lossless) repeats
+    # it {repeats} times with chance <= {chance:.2g} on these rows (sum over tokens of p[b, 0] ** {repeats}, times over rows).
+    first = None
+    for i in range({repeats}):
+        out, n_out = (np.asarray(x) for x in verify(DRAFT.copy(), Q.copy(), P.copy(), NUM_DRAFT.copy(), make_rng()))
+        got = [row[:n].tolist() for row, n in zip(out, n_out)]
+        first = got if first is None else first
+        assert got == first, (
+            f"expected call {{i}} to repeat the first call's output {{first}} (same inputs, same rng state), got {{got}}: {{RULE}}")''',
     "inputs-unmodified": '''\
     given = {{"draft": DRAFT.copy(), "q": Q.copy(), "p": P.copy(), "num_draft": NUM_DRAFT.copy()}}
     verify(given["draft"], given["q"], given["p"], given["num_draft"], make_rng())
@@ -355,7 +365,7 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any]) -> s
     else:
         source = _PCG64.format(state=repr(dict(call.source["state"])))
     if rule in _BODIES:
-        body = _BODIES[rule].format()
+        body = _BODIES[rule].format(repeats=REPEATS, chance=agree_chance(call))
     else:
         body = _ONE_CALL + (_CLAUSE_CHECK.format(clause=rule.split(":", 1)[1]) if rule.startswith("clause:")
                             else _CHECKS[rule])

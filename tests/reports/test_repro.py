@@ -25,7 +25,8 @@ REFERENCE = "specaudit.verifiers.reference:verify"
 #: (mutant, the check whose repro must be written): a boundary bug, a lost bonus token, a verifier that reads the
 #: padding past num_draft (two calls that differ there), one that writes into its inputs (the inputs after the call)
 MUTANTS = [("leq_ratio", "adversarial-uniforms"), ("no_bonus", "corner-p-equals-q"),
-           ("bonus_from_last", "padding-independence"), ("writes_target_probs", "inputs-unmodified")]
+           ("bonus_from_last", "padding-independence"), ("writes_target_probs", "inputs-unmodified"),
+           ("global_generator", "determinism")]
 
 
 def _run(target: str, out: Path) -> None:

@@ -231,7 +231,7 @@ def test_contract_shaped_on_ragged_batch(name):
     assert out1.shape == (b, 1) and (n1 == 1).all() and ((out1 >= 0) & (out1 < v)).all()
 
 
-@pytest.mark.parametrize("name", ["reference", *MUTANTS])
+@pytest.mark.parametrize("name", ["reference", *(n for n in MUTANTS if n != "global_generator")])  # not rng-driven
 def test_padding_is_never_read_except_by_bonus_from_last(name):
     rng = np.random.default_rng(909)
     nan_batch = ragged(rng, fill="nan")

@@ -270,10 +270,19 @@ def writes_target_probs(draft, q, p, num_draft, rng):
     # logprobs pass or a re-verification reads the zeroed entries), so only the inputs-unmodified probe sees it.
     out, n_out = _chain(draft, q, p, num_draft, rng)
     held = np.asarray(p)
-    emitted = np.arange(out.shape[1])[None, :] < n_out[:, None]
-    rows, cols = np.nonzero(emitted)
-    held[rows, cols, out[rows, cols]] = 0.0
+    if held.flags.writeable:  # a read-only buffer would raise here; a mutant never crashes
+        emitted = np.arange(out.shape[1])[None, :] < n_out[:, None]
+        rows, cols = np.nonzero(emitted)
+        held[rows, cols, out[rows, cols]] = 0.0
     return out, n_out
+
+
+@_register("boundary", "vLLM PR #6034 (spec decode drew from the global generator, not the request's seeded one)")
+def global_generator(draft, q, p, num_draft, rng):
+    """Draw every uniform from numpy's global RNG (np.random.random) instead of rng: a seed reproduces nothing."""
+    # Lossless (the global stream is as random as rng); the same seed gives another output on every call,
+    # so only the determinism probe sees it, and it names numpy's global RNG as the source.
+    return _chain(draft, q, p, num_draft, np.random)
 
 
 # ---------------------------------------------------------------------------------------------
