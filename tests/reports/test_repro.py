@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from click.testing import CliRunner
@@ -47,24 +48,42 @@ def written(tmp_path_factory):
     return done
 
 
-def _pytest(path: Path, target: str | None) -> subprocess.CompletedProcess:
+def _pytest(paths: list[Path], target: str | None, report: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SPECAUDIT_REPRO_TARGET"}
     if target is not None:
         env["SPECAUDIT_REPRO_TARGET"] = target
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-p", "no:specaudit", str(path)], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-p", "no:specaudit", "-p", "no:randomly", f"--junitxml={report}", *map(str, paths)], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def outcomes(written, tmp_path_factory):
+    """Run every repro file written against its own target, then against the reference (one pytest run each):
+    {target: {file name: the failure message, "" when it passed}}."""
+    paths = [folder / f"test_repro_corners_{check.replace('-', '_')}.py" for (folder, _), (_, check)
+             in zip(written.values(), MUTANTS)]
+    missing = [p for p in paths if not p.exists()]
+    assert not missing, missing
+    done = {}
+    for target in (None, REFERENCE):
+        report = tmp_path_factory.mktemp("junit") / "report.xml"
+        got = _pytest(paths, target, report)
+        assert got.returncode in (0, 1), got.stdout[-3000:]
+        cases = ElementTree.parse(report).getroot().iter("testcase")
+        done[target] = {Path(c.get("file") or c.get("classname", "").replace(".", "/")).name or c.get("classname"):
+                        next((f.get("message", "") for f in c if f.tag in ("failure", "error")), "") for c in cases}
+    return done
 
 
 @pytest.mark.parametrize(("mutant", "check"), MUTANTS)
-def test_a_repro_fails_on_its_mutant_and_passes_on_the_reference(written, mutant, check):
-    folder, output = written[mutant]
-    path = folder / f"test_repro_corners_{check.replace('-', '_')}.py"
-    assert path.exists(), (output, sorted(p.name for p in folder.iterdir()))
-    bad = _pytest(path, None)
-    assert bad.returncode == 1, bad.stdout[-2000:]
-    assert "expected" in bad.stdout.lower(), bad.stdout[-2000:]
-    good = _pytest(path, REFERENCE)
-    assert good.returncode == 0, good.stdout[-2000:]
+def test_a_repro_fails_on_its_mutant_and_passes_on_the_reference(outcomes, mutant, check):
+    name = f"test_repro_corners_{check.replace('-', '_')}"
+    bad = {k.removesuffix(".py"): v for k, v in outcomes[None].items()}
+    good = {k.removesuffix(".py"): v for k, v in outcomes[REFERENCE].items()}
+    assert name in bad and name in good, (bad, good)
+    assert bad[name].startswith("AssertionError: expected"), bad[name]  # the rule's assertion, not a crash
+    assert good[name] == "", good[name]
 
 
 @pytest.mark.parametrize(("mutant", "check"), MUTANTS)
