@@ -61,7 +61,7 @@ import numpy as np
 from specaudit.adapters.randomness import bypassed, hashed, op_draws, unreachable
 from specaudit.adapters.torch import takes_logits
 from specaudit.chains.sampling import sample_rows
-from specaudit.checks.replay import Call, admissible, replay, source_of
+from specaudit.checks.replay import Call, recorded, source_of
 from specaudit.contract.chain import CLAUSES, validate_output
 from specaudit.contract.logits import LogitsParams
 from specaudit.contract.uniforms import ScriptedUniforms
@@ -212,16 +212,7 @@ class Prober:
         if last is None or last[1] is None or self.logits_input:
             return None
         inputs, source = last[0], last[1]
-        whole = Call(inputs.draft, inputs.q, inputs.p, inputs.num_draft, source, rule)
-        found = replay(self.verify, whole)
-        if found is None:
-            return None  # the verifier's output does not follow from its inputs and rng alone
-        if 0 <= found.row < inputs.draft.shape[0]:  # a clause of the call's shape (an empty batch) has no row
-            one = whole.rows(found.row)
-            again = replay(self.verify, one) if admissible(one) else None
-            if again is not None:
-                return one.judged(again).to_dict()
-        return whole.judged(found).to_dict() if inputs.q.size + inputs.p.size <= CALL_FLOATS else None
+        return recorded(self.verify, Call(inputs.draft, inputs.q, inputs.p, inputs.num_draft, source, rule), CALL_FLOATS)
 
     # ---- input builders -------------------------------------------------------------------
 

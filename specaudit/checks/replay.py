@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from specaudit.contract.chain import CLAUSES, validate_output
+from specaudit.contract.tree import validate_tree_output
 from specaudit.contract.uniforms import ScriptedUniforms
 from specaudit.errors import ContractError
 
-__all__ = ["AGREE_CHANCE", "REPEATS", "RULES", "SOURCES", "Call", "Violation", "admissible", "agree_chance",
-           "first_write", "make_rng", "padded", "replay", "source_of", "violation"]
+__all__ = ["AGREE_CHANCE", "REPEATS", "RULES", "SOURCES", "TREE_RULES", "Call", "Violation", "admissible", "agree_chance",
+           "first_write", "recorded", "make_rng", "padded", "replay", "source_of", "violation"]
 
 #: Rule id -> the rule in one sentence (what the assertion of a repro states). ``clause:ID`` is a contract clause.
 RULES: dict[str, str] = {
@@ -40,6 +41,8 @@ RULES: dict[str, str] = {
     "padding": "what lies past num_draft (draft ids, q rows, p rows after the bonus position) never changes the output",
     "inputs-unmodified": "the verifier never writes into draft, q, p or num_draft",
     "same-seed": "the same inputs and the same rng state give the same output (the verifier draws from rng only)",
+    "tree-p-positive": "every emitted token (the accepted nodes' tokens and the final token) has p > 0 at its position "
+                       "(accept a child iff u < p/q; sample only from p's support)",
     **{f"clause:{cid}": text for cid, text in CLAUSES.items()},
 }
 #: Calls of the same-seed rule (the same inputs, each through a fresh source in the recorded state).
@@ -47,6 +50,8 @@ REPEATS = 32
 #: A same-seed call is kept (recorded, or a shrink step taken) only where a verifier that draws elsewhere, if lossless,
 #: repeats its output REPEATS times with at most this chance (:func:`agree_chance`): the repro fails reliably.
 AGREE_CHANCE = 1e-6
+#: The rules a tree-contract call is judged by.
+TREE_RULES = ("tree-p-positive",)
 #: Kinds of random source a call can be replayed through.
 SOURCES = ("pcg64", "scripted")
 
@@ -73,32 +78,52 @@ class Call:
     expected: str = ""
     got: str = ""
     origin: tuple[int, int, int] | None = None  # (rows, K, V) of the probe's call this one was cut from
+    # the tree contract: draft holds the node tokens [B, N], num_draft num_nodes, parent [B, N] (None: the chain contract)
+    parent: np.ndarray | None = None
+
+    @property
+    def tree(self) -> bool:
+        """Return whether the call is in the tree contract (verify(tokens, parent, q, p, num_nodes, rng))."""
+        return self.parent is not None
+
+    def arguments(self) -> tuple[np.ndarray, ...]:
+        """Return copies of the call's inputs, in its contract's order (the rng follows)."""
+        if self.parent is None:
+            return self.draft.copy(), self.q.copy(), self.p.copy(), self.num_draft.copy()
+        return self.draft.copy(), self.parent.copy(), self.q.copy(), self.p.copy(), self.num_draft.copy()
 
     @property
     def shape(self) -> tuple[int, int, int]:
         """Return (rows, drafts K, vocabulary V)."""
         return int(self.draft.shape[0]), int(self.draft.shape[1]), int(self.p.shape[-1])
 
-    def with_inputs(self, draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray) -> Call:
-        """Return the same call on other inputs (no verdict yet)."""
+    def with_inputs(self, draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray,
+                    parent: np.ndarray | None = None) -> Call:
+        """Return the same call on other inputs (no verdict yet); a tree call keeps its parents unless given."""
+        if parent is None and self.parent is not None:
+            parent = self.parent[:, : np.shape(draft)[1]]
         return Call(np.asarray(draft, np.int64), np.asarray(q, np.float64), np.asarray(p, np.float64),
-                    np.asarray(num_draft, np.int64), self.source, self.rule, origin=self.origin or self.shape)
+                    np.asarray(num_draft, np.int64), self.source, self.rule, origin=self.origin or self.shape,
+                    parent=None if parent is None else np.asarray(parent, np.int64))
 
     def rows(self, index: Any) -> Call:
         """Return the call restricted to rows ``index``."""
         i = np.atleast_1d(np.asarray(index, dtype=np.int64))
-        return self.with_inputs(self.draft[i], self.q[i], self.p[i], self.num_draft[i])
+        return self.with_inputs(self.draft[i], self.q[i], self.p[i], self.num_draft[i],
+                                None if self.parent is None else self.parent[i])
 
     def judged(self, found: Violation) -> Call:
         """Return the call carrying ``found``'s expected and got."""
         return Call(self.draft, self.q, self.p, self.num_draft, self.source, self.rule,
-                    f"row {found.row}: {found.expected}", f"row {found.row}: {found.got}", self.origin)
+                    f"row {found.row}: {found.expected}", f"row {found.row}: {found.got}", self.origin, self.parent)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (the ``call`` entry of a check's data)."""
+        tree = {} if self.parent is None else {"contract": "tree", "parent": self.parent.tolist()}
         return {"rule": self.rule, "rule_text": RULES[self.rule], "expected": self.expected, "got": self.got,
                 "source": _plain(dict(self.source)), "draft": self.draft.tolist(), "q": self.q.tolist(),
-                "p": self.p.tolist(), "num_draft": self.num_draft.tolist(), "origin": list(self.origin or self.shape)}
+                "p": self.p.tolist(), "num_draft": self.num_draft.tolist(), "origin": list(self.origin or self.shape),
+                **tree}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Call:
@@ -129,12 +154,22 @@ class Call:
                 or p.shape[:2] != (b, draft.shape[1] + 1) or q.shape[-1] != p.shape[-1]:
             raise ValueError(f"call inputs have inconsistent shapes: draft {draft.shape}, q {q.shape}, p {p.shape}, "
                              f"num_draft {nd.shape}")
+        parent = None
+        if d.get("contract", "chain") == "tree":
+            try:
+                parent = np.asarray(d.get("parent"), dtype=np.int64).reshape(draft.shape)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"call.parent must be an integer array of the shape of draft {draft.shape}: {exc}") from None
+            if rule not in TREE_RULES:
+                raise ValueError(f"call.rule {rule!r} is not a rule of the tree contract ({', '.join(TREE_RULES)})")
+        elif d.get("contract", "chain") != "chain":
+            raise ValueError(f"call.contract must be 'chain' or 'tree', got {d.get('contract')!r:.40}")
         origin = d.get("origin")
         if origin is not None and (not isinstance(origin, list) or len(origin) != 3
                                    or not all(isinstance(x, int) and x >= 0 for x in origin)):
             raise ValueError(f"call.origin must be [rows, K, V], got {origin!r:.60}")
         return cls(draft, q, p, nd, dict(source), rule, str(d.get("expected", "")), str(d.get("got", "")),
-                   tuple(origin) if origin is not None else None)
+                   tuple(origin) if origin is not None else None, parent)
 
 
 def _plain(value: Any) -> Any:
@@ -169,8 +204,31 @@ def _emitted(n_out: np.ndarray, width: int) -> np.ndarray:
     return np.arange(width)[None, :] < n_out[:, None]
 
 
+def _tree_violation(call: Call, result: Any) -> Violation | None:
+    """Return how a tree verifier's ``result`` breaks the tree-p-positive rule, or None."""
+    assert call.parent is not None
+    try:
+        path, accepted, final = validate_tree_output(result, call.parent, call.num_draft, call.p.shape[-1])
+    except ContractError:
+        return None  # another failure than the one being replayed
+    for b in range(call.draft.shape[0]):
+        row = 0  # p[b, 0] is the root's law, p[b, 1 + j] the law after node j
+        for j in path[b, : accepted[b]].tolist():
+            token = int(call.draft[b, j])
+            if call.p[b, row, token] <= 0:
+                return Violation(b, f"every emitted token has p > 0 (path {path[b, : accepted[b]].tolist()}, final "
+                                 f"{int(final[b])})", f"accepted node {j} (token {token}) has p = 0")
+            row = 1 + j
+        if call.p[b, row, int(final[b])] <= 0:
+            return Violation(b, f"every emitted token has p > 0 (path {path[b, : accepted[b]].tolist()})",
+                             f"the final token {int(final[b])} has p = 0")
+    return None
+
+
 def violation(rule: str, call: Call, result: Any) -> Violation | None:
     """Return how ``result`` (a verifier's return value on ``call``) breaks ``rule``, or None if it keeps it."""
+    if call.tree:
+        return _tree_violation(call, result) if rule == "tree-p-positive" else None
     try:
         out, n_out = validate_output(result, call.draft, call.num_draft, call.p.shape[-1])
     except ContractError as exc:
@@ -331,6 +389,21 @@ def _same_seed(verify: Callable[..., Any], call: Call) -> Violation | None:
     return None
 
 
+def recorded(verify: Callable[..., Any], whole: Call, max_floats: int) -> dict[str, Any] | None:
+    """Return a probe's failing call as its ``call`` entry (``Call.to_dict``): its failing row alone when that row
+    fails again by itself, else the whole call if q and p hold at most ``max_floats``; None when a replay of the
+    whole call does not fail again (the output does not follow from the inputs and the random source alone)."""
+    found = replay(verify, whole)
+    if found is None:
+        return None
+    if 0 <= found.row < whole.draft.shape[0]:  # a clause of the call's shape (an empty batch) has no row
+        one = whole.rows(found.row)
+        again = replay(verify, one) if admissible(one) else None
+        if again is not None:
+            return one.judged(again).to_dict()
+    return whole.judged(found).to_dict() if whole.q.size + whole.p.size <= max_floats else None
+
+
 def replay(verify: Callable[..., Any], call: Call) -> Violation | None:
     """Call ``verify`` on copies of ``call``'s inputs through its random source; return the rule's violation or None.
 
@@ -341,11 +414,12 @@ def replay(verify: Callable[..., Any], call: Call) -> Violation | None:
             return _padding(verify, call)
         if call.rule == "same-seed":
             return _same_seed(verify, call)
-        given = (call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy())
+        given = call.arguments()
         result = verify(*given, make_rng(call.source))
     except Exception:  # noqa: BLE001 - a crash is another finding than the one being replayed
         return None
     if call.rule == "inputs-unmodified":
         change = first_write((call.draft, call.q, call.p, call.num_draft), tuple(np.asarray(x) for x in given))
+        # (the chain contract only: a tree call is judged by TREE_RULES)
         return None if change is None else Violation(change[0], "draft, q, p and num_draft unchanged", change[1])
     return violation(call.rule, call, result)

@@ -59,6 +59,7 @@ import numpy as np
 from specaudit.chains.processing import SamplingParams, process
 from specaudit.chains.sampling import sample_rows
 from specaudit.checks.probes import (
+    CALL_FLOATS,
     DEGENERATE,
     ExactOutcome,
     foreign_source,
@@ -68,6 +69,7 @@ from specaudit.checks.probes import (
     same_state,
     skipped,
 )
+from specaudit.checks.replay import Call, recorded, source_of
 from specaudit.contract import tree
 from specaudit.contract.uniforms import ScriptedUniforms
 from specaudit.errors import ContractError
@@ -734,9 +736,11 @@ def tree_adversarial_uniforms(pr: TreeProber) -> CheckResult:
     findings: list[str] = []
     classes: set[str] = set()
     draws, coins, seeding, unscripted = 0, [], 0, False
+    call: dict[str, Any] | None = None  # the first failing call, replayable (the verifier's own form: probabilities)
     for start in (0, 1):
         src = ScriptedUniforms(start, seed=pr.seed)
         label = "0.0 first" if start == 0 else "1 - 2**-53 first"
+        source = source_of(src)
         try:
             out: Output | None = pr.call(inputs, src)
         except ContractError as exc:
@@ -751,12 +755,15 @@ def tree_adversarial_uniforms(pr: TreeProber) -> CheckResult:
         unscripted |= src.unscripted
         if out is not None:
             found, kinds = _zero_p(inputs, out, label)
+            if found and call is None and pr.payload == "probs" and source is not None:
+                call = recorded(pr.verify, Call(inputs.tokens, inputs.q, inputs.p, inputs.num_nodes, source,
+                                                "tree-p-positive", parent=inputs.parent), CALL_FLOATS)
             findings += found
             classes |= kinds
     if findings:
         why = "; ".join(BOUNDARY_CLASSES[c] for c in sorted(classes))
         return result_of(name, CONTRACT, False, f"{findings[0]}; {len(findings)} finding(s) with uniforms 0.0 / 1 - 2**-53: "
-                       f"{why}", findings=findings[:20], draws=draws, coins=coins, classes=sorted(classes))
+                       f"{why}", findings=findings[:20], draws=draws, coins=coins, classes=sorted(classes), call=call)
     if min(coins) < rows:
         if draws == 0:
             why = ("it drew only through Generator methods that ScriptedUniforms does not script"

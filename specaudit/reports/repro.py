@@ -30,7 +30,8 @@ from specaudit.checks.replay import REPEATS, RULES, Call, agree_chance, make_rng
 from specaudit.contract.targets import import_string, load_target
 from specaudit.errors import ResultsFileError
 
-__all__ = ["Finding", "Repro", "build", "findings", "render", "resolve_target", "write_all"]
+__all__ = ["INLINE_NUMBERS", "Finding", "Repro", "build", "data_file", "findings", "inputs_of", "render", "resolve_target",
+           "write_all"]
 
 #: Environment variable that names another target for a generated file (``pkg.mod:attr`` or ``file.py:attr``).
 TARGET_VARIABLE = "SPECAUDIT_REPRO_TARGET"
@@ -54,6 +55,7 @@ class Repro:
     text: str
     shrunk: Shrunk
     finding: Finding
+    data_name: str | None = None  # the .npz beside the file holding the inputs (None: inline)
 
 
 def findings(doc: Mapping[str, Any], source: str = "results document") -> tuple[list[Finding], list[str]]:
@@ -109,7 +111,8 @@ def build(doc: Mapping[str, Any], found: Sequence[Finding], target: str) -> tupl
         if name in names:
             continue  # a re-run's check of the same name: the first one is the repro
         names.add(name)
-        repros.append(Repro(name, render(f, shrunk, path, doc), shrunk, f))
+        data_name = data_file(shrunk.call, name)
+        repros.append(Repro(name, render(f, shrunk, path, doc, data_name), shrunk, f, data_name))
     return repros, gone
 
 
@@ -121,7 +124,7 @@ def _uniforms(shrunk: Shrunk, path: str) -> list[float] | None:
     rng = make_rng(call.source)
     skip = rng.draws  # type: ignore[attr-defined]  # a ScriptedUniforms
     try:
-        load_target(path)(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(), rng)
+        load_target(path)(*call.arguments(), rng)
     except Exception:  # noqa: BLE001 - the count is what it drew before raising
         pass
     n = rng.draws - skip  # type: ignore[attr-defined]
@@ -265,8 +268,7 @@ Shrunk from {before} to {after}{decimals} ({replays} replays).
     pytest {name}                                              # fails on the target
     SPECAUDIT_REPRO_TARGET=pkg.module:verify pytest {name}     # test another verifier (a fix)
 
-The target is called in the canonical contract:
-verify(draft[B,K] int64, q[B,K,V] float64, p[B,K+1,V] float64, num_draft[B] int64, rng) -> (out[B,K+1], n_out[B]).
+{contract_text}
 """
 
 import importlib
@@ -278,10 +280,7 @@ import numpy as np
 TARGET = os.environ.get("{variable}", {target!r})
 RULE = {rule_text!r}
 
-DRAFT = np.array({draft}, dtype=np.int64).reshape({draft_shape})
-Q = np.array({q}, dtype=np.float64).reshape({q_shape})
-P = np.array({p}, dtype=np.float64).reshape({p_shape})
-NUM_DRAFT = np.array({num_draft}, dtype=np.int64)
+{arrays}
 
 {source}
 
@@ -311,8 +310,21 @@ _ONE_CALL = '''\
     out, n_out = (np.asarray(x) for x in result)
 '''
 
-#: Bodies of ``test_repro`` for rules judged on more than one call, or on the inputs after the call.
+#: Bodies of ``test_repro`` for rules judged on more than one call, on the inputs after the call, or on a tree.
 _BODIES = {
+    "tree-p-positive": '''\
+    path, final = (np.asarray(x) for x in verify(TOKENS.copy(), PARENT.copy(), Q.copy(), P.copy(), NUM_NODES.copy(),
+                                                 make_rng()))
+    bad = []
+    for b in range(TOKENS.shape[0]):
+        row = 0  # the law of the next emitted token: P[b, 0] at the root, P[b, 1 + j] after node j
+        for j in path[b][path[b] >= 0].tolist():
+            if P[b, row, TOKENS[b, j]] <= 0:
+                bad.append(f"row {{b}}: accepted node {{j}} (token {{TOKENS[b, j]}}) has p = 0")
+            row = 1 + j
+        if not 0 <= final[b] < P.shape[-1] or P[b, row, final[b]] <= 0:
+            bad.append(f"row {{b}}: the final token {{final[b]}} has p = 0 (or lies outside the vocabulary)")
+    assert not bad, f"expected every emitted token to have p > 0, got {{'; '.join(bad)}} (path {{path.tolist()}}, final {{final.tolist()}}): {{RULE}}"''',
     "padding": '''\
     v = P.shape[-1]
     pad = np.arange(DRAFT.shape[1])[None, :] >= NUM_DRAFT[:, None]  # draft and q slots past num_draft
@@ -349,13 +361,56 @@ _BODIES = {
 }
 
 
-def _shape_text(shape: tuple[int, int, int]) -> str:
+def _shape_text(shape: tuple[int, int, int], tree: bool = False) -> str:
     b, k, v = shape
-    return f"{b} row{'s' if b != 1 else ''}, K = {k}, V = {v}"
+    return f"{b} row{'s' if b != 1 else ''}, {'N' if tree else 'K'} = {k}, V = {v}"
 
 
-def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any]) -> str:
-    """Return the text of the repro file of ``f`` shrunk to ``shrunk``, loading ``target`` by default."""
+#: Numbers (every entry of the call's inputs) above which the inputs go to an .npz beside the file.
+INLINE_NUMBERS = 20_000
+_CHAIN_CONTRACT = """The target is called in the canonical contract:
+verify(draft[B,K] int64, q[B,K,V] float64, p[B,K+1,V] float64, num_draft[B] int64, rng) -> (out[B,K+1], n_out[B])."""
+_TREE_CONTRACT = """The target is called in the tree contract:
+verify(tokens[B,N] int64, parent[B,N] int64, q[B,N,V] float64, p[B,N+1,V] float64, num_nodes[B] int64, rng)
+-> (path[B,W] node ids, -1 padded, final[B]); p[b, 0] is the root's law, p[b, 1 + j] the law after node j."""
+
+
+def inputs_of(call: Call) -> dict[str, np.ndarray]:
+    """Return the call's inputs by the names the file gives them, in its contract's order."""
+    if call.parent is not None:
+        return {"TOKENS": call.draft, "PARENT": call.parent, "Q": call.q, "P": call.p, "NUM_NODES": call.num_draft}
+    return {"DRAFT": call.draft, "Q": call.q, "P": call.p, "NUM_DRAFT": call.num_draft}
+
+
+def data_file(call: Call, name: str) -> str | None:
+    """Return the name of the .npz beside the file ``name`` that holds the call's inputs, or None when they are inline."""
+    numbers = sum(a.size for a in inputs_of(call).values())
+    return None if numbers <= INLINE_NUMBERS else name.removesuffix(".py") + ".npz"
+
+
+def _arrays_text(call: Call, data_name: str | None) -> str:
+    """Return the lines that define the call's inputs: inline literals, or loads from ``data_name`` beside the file."""
+    arrays = inputs_of(call)
+    if data_name is not None:
+        numbers = sum(a.size for a in arrays.values())
+        lines = [f"# the inputs ({numbers:,} numbers) are in {data_name}, beside this file",
+                 f"_DATA = np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), {data_name!r}))"]
+        lines += [f"{key} = _DATA[{key.lower()!r}]" for key in arrays]
+        return "\n".join(lines)
+    lines = []
+    for key, a in arrays.items():
+        dtype = "np.int64" if a.dtype.kind in "iu" else "np.float64"
+        if a.ndim == 1:
+            lines.append(f"{key} = np.array({json.dumps(a.tolist())}, dtype={dtype})")
+        else:
+            lead = f"{key} = np.array("
+            lines.append(f"{lead}{_array(a, ' ' * len(lead))}, dtype={dtype}).reshape({tuple(a.shape)})")
+    return "\n".join(lines)
+
+
+def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any], data_name: str | None = None) -> str:
+    """Return the text of the repro file of ``f`` shrunk to ``shrunk``, loading ``target`` by default (its inputs
+    loaded from ``data_name`` beside it when given)."""
     call = shrunk.call
     rule = call.rule
     uniforms = _uniforms(shrunk, target)
@@ -373,12 +428,11 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any]) -> s
     return _FILE.format(
         scenario=f.scenario, check=f.check, rule_text=RULES[rule], version=doc.get("version", "?"),
         run_target=doc.get("target", "?"), summary=summary.replace('"""', "'''").replace("\\", "\\\\"),
-        before=_shape_text(shrunk.before), after=_shape_text(shrunk.after),
+        before=_shape_text(shrunk.before, call.tree), after=_shape_text(shrunk.after, call.tree),
         decimals=f", probabilities rounded to {shrunk.decimals} decimal(s)" if shrunk.decimals is not None else "",
         replays=shrunk.replays, name=f"test_repro_{_slug(f.scenario)}_{_slug(f.check)}.py", variable=TARGET_VARIABLE,
-        target=target, draft=_array(call.draft, " " * 17), q=_array(call.q, " " * 13), p=_array(call.p, " " * 13),
-        num_draft=json.dumps(call.num_draft.tolist()), source=source, body=body,
-        draft_shape=tuple(call.draft.shape), q_shape=tuple(call.q.shape), p_shape=tuple(call.p.shape),
+        target=target, arrays=_arrays_text(call, data_name), source=source, body=body,
+        contract_text=_TREE_CONTRACT if call.tree else _CHAIN_CONTRACT,
     )
 
 
@@ -389,13 +443,20 @@ def write_all(repros: Sequence[Repro], out_dir: str | Path) -> list[Path]:
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
     try:
+        names = []
         for r in repros:
             (staging / r.name).write_text(r.text, encoding="utf-8")
+            names.append(r.name)
+            if r.data_name is not None:
+                with open(staging / r.data_name, "wb") as fh:
+                    arrays: dict[str, Any] = {k.lower(): v for k, v in inputs_of(r.shrunk.call).items()}
+                    np.savez(fh, **arrays)
+                names.append(r.data_name)
         if not out.exists():
             os.replace(staging, out)
             return [out / r.name for r in repros]
-        for r in repros:
-            os.replace(staging / r.name, out / r.name)
+        for name in names:
+            os.replace(staging / name, out / name)
         return [out / r.name for r in repros]
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -23,25 +23,38 @@ from specaudit.cli import main
 from specaudit.errors import ExitCode
 
 REFERENCE = "specaudit.verifiers.reference:verify"
-#: (mutant, the check whose repro must be written): a boundary bug, a lost bonus token, a verifier that reads the
-#: padding past num_draft (two calls that differ there), one that writes into its inputs (the inputs after the call)
-MUTANTS = [("leq_ratio", "adversarial-uniforms"), ("no_bonus", "corner-p-equals-q"),
-           ("bonus_from_last", "padding-independence"), ("writes_target_probs", "inputs-unmodified"),
-           ("global_generator", "determinism")]
+TREE_REFERENCE = "specaudit.verifiers.tree:verify"
+#: (mutant, scenario, the check whose repro must be written, the reference it passes on): a boundary bug, a lost
+#: bonus token, a verifier that reads the padding past num_draft (two calls that differ there), one that writes
+#: into its inputs (the inputs after the call), one that draws from numpy's global RNG (the same seed repeated),
+#: a tree verifier's boundary bug (the tree contract)
+CASES = [("leq_ratio", "corners", "adversarial-uniforms", REFERENCE),
+         ("no_bonus", "corners", "corner-p-equals-q", REFERENCE),
+         ("bonus_from_last", "corners", "padding-independence", REFERENCE),
+         ("writes_target_probs", "corners", "inputs-unmodified", REFERENCE),
+         ("global_generator", "corners", "determinism", REFERENCE),
+         ("tree_leq_ratio", "tree-iid-v4", "tree-adversarial-uniforms", TREE_REFERENCE)]
+MUTANTS = [(mutant, check) for mutant, _, check, _ in CASES]
 
 
-def _run(target: str, out: Path) -> None:
-    got = CliRunner().invoke(main, ["run", target, "-s", "corners", "--no-power", "--json", str(out)])
+def _name(mutant: str) -> str:
+    """Return the repro file the mutant's case must write (without .py)."""
+    _, scenario, check, _ = next(c for c in CASES if c[0] == mutant)
+    return f"test_repro_{scenario.replace('-', '_')}_{check.replace('-', '_')}"
+
+
+def _run(target: str, out: Path, scenario: str = "corners") -> None:
+    got = CliRunner().invoke(main, ["run", target, "-s", scenario, "--samples", "2000", "--no-power", "--json", str(out)])
     assert got.exit_code in (ExitCode.OK, ExitCode.CHECKS_FAILED), got.output
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """Run each mutant on `corners` and write its repro files: {mutant: (folder, repro output)}."""
+    """Run each mutant on its scenario and write its repro files: {mutant: (folder, repro output)}."""
     done = {}
-    for mutant, _ in MUTANTS:
+    for mutant, scenario, _, _ in CASES:
         base = tmp_path_factory.mktemp(mutant)
-        _run(f"specaudit.verifiers.zoo.chain:{mutant}", base / "r.json")
+        _run(f"mutant:{mutant}", base / "r.json", scenario)
         got = CliRunner().invoke(main, ["repro", str(base / "r.json"), "-o", str(base / "repro")])
         assert got.exit_code == ExitCode.OK, got.output
         done[mutant] = (base / "repro", got.output)
@@ -53,34 +66,33 @@ def _pytest(paths: list[Path], target: str | None, report: Path) -> subprocess.C
     if target is not None:
         env["SPECAUDIT_REPRO_TARGET"] = target
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-p", "no:specaudit", "-p", "no:randomly", f"--junitxml={report}", *map(str, paths)], capture_output=True, text=True,
-                          env=env, timeout=120)
+                           "-p", "no:specaudit", "-p", "no:randomly", f"--junitxml={report}", *map(str, paths)],
+                          capture_output=True, text=True, env=env, timeout=120)
 
 
 @pytest.fixture(scope="module")
 def outcomes(written, tmp_path_factory):
-    """Run every repro file written against its own target, then against the reference (one pytest run each):
-    {target: {file name: the failure message, "" when it passed}}."""
-    paths = [folder / f"test_repro_corners_{check.replace('-', '_')}.py" for (folder, _), (_, check)
-             in zip(written.values(), MUTANTS)]
-    missing = [p for p in paths if not p.exists()]
+    """Run the repro files written against their own targets (one pytest run), then against each reference (one run
+    per reference): {target or None: {file name without .py: the failure message, "" when it passed}}."""
+    paths = {mutant: written[mutant][0] / f"{_name(mutant)}.py" for mutant, *_ in CASES}
+    missing = [p for p in paths.values() if not p.exists()]
     assert not missing, missing
     done = {}
-    for target in (None, REFERENCE):
+    for target in (None, REFERENCE, TREE_REFERENCE):
+        chosen = [paths[m] for m, _, _, ref in CASES if target in (None, ref)]
         report = tmp_path_factory.mktemp("junit") / "report.xml"
-        got = _pytest(paths, target, report)
+        got = _pytest(chosen, target, report)
         assert got.returncode in (0, 1), got.stdout[-3000:]
         cases = ElementTree.parse(report).getroot().iter("testcase")
-        done[target] = {Path(c.get("file") or c.get("classname", "").replace(".", "/")).name or c.get("classname"):
+        done[target] = {Path(c.get("file") or c.get("classname", "").replace(".", "/")).name.removesuffix(".py"):
                         next((f.get("message", "") for f in c if f.tag in ("failure", "error")), "") for c in cases}
     return done
 
 
-@pytest.mark.parametrize(("mutant", "check"), MUTANTS)
-def test_a_repro_fails_on_its_mutant_and_passes_on_the_reference(outcomes, mutant, check):
-    name = f"test_repro_corners_{check.replace('-', '_')}"
-    bad = {k.removesuffix(".py"): v for k, v in outcomes[None].items()}
-    good = {k.removesuffix(".py"): v for k, v in outcomes[REFERENCE].items()}
+@pytest.mark.parametrize(("mutant", "scenario", "check", "reference"), CASES)
+def test_a_repro_fails_on_its_mutant_and_passes_on_the_reference(outcomes, mutant, scenario, check, reference):
+    name = _name(mutant)
+    bad, good = outcomes[None], outcomes[reference]
     assert name in bad and name in good, (bad, good)
     assert bad[name].startswith("AssertionError: expected"), bad[name]  # the rule's assertion, not a crash
     assert good[name] == "", good[name]
@@ -89,7 +101,7 @@ def test_a_repro_fails_on_its_mutant_and_passes_on_the_reference(outcomes, mutan
 @pytest.mark.parametrize(("mutant", "check"), MUTANTS)
 def test_a_repro_imports_numpy_and_the_target_only_and_is_shrunk(written, mutant, check):
     folder, output = written[mutant]
-    path = folder / f"test_repro_corners_{check.replace('-', '_')}.py"
+    path = folder / f"{_name(mutant)}.py"
     tree = ast.parse(path.read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
