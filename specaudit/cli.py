@@ -253,6 +253,9 @@ def main() -> None:
               help="Write results as JSON (updated after every scenario).")
 @_html
 @_junit
+@click.option("--repro", "repro_dir", type=click.Path(), default=None, metavar="DIR",
+              help="Write each failed exact finding as a minimal pytest file into DIR once the run is settled "
+                   "(as `specaudit repro` does; the JSON lists them).")
 @_baseline
 @_fail_on
 @click.option("--adapter", default=None, metavar="NAME",
@@ -277,6 +280,7 @@ def run(
     json_path: str | None,
     html_path: str | None,
     junit_path: str | None,
+    repro_dir: str | None,
     baseline_path: str | None,
     fail_on: tuple[str, ...],
     quiet: int,
@@ -286,6 +290,7 @@ def run(
     """Audit the verifier TARGET (pkg.mod:attr, path/file.py:attr, or an alias)."""
     if target == "hf-generate" or target.startswith("hf-generate@"):  # the whole loop, not one verifier call
         given = [flag for flag, value in (("--json", json_path), ("--html", html_path), ("--junit", junit_path),
+                                          ("--repro", repro_dir),
                                           ("--baseline", baseline_path), ("--fail-on", fail_on),
                                           ("-s/--scenario", scenario_names)) if value]
         if given:  # refused, never ignored: a report the user asked for and did not get is a lost result
@@ -309,6 +314,7 @@ def run(
         from specaudit.reports import html
 
         _writable(str(html.output_path(html_path, target)), "--html")
+    repro_dir = _writable_folder(repro_dir, "--repro")
     if options.get("samples") is None:  # an engine's Triton kernels in the interpreter: an N it can afford, said
         from specaudit.engines import interpreted_samples
 
@@ -347,7 +353,13 @@ def run(
         if not result.scenarios and not result.interrupted:
             asked = " ".join(f"-s {name}" for name in scenario_names) or "the default suite"
             click.echo(f"specaudit: nothing to run: no scenario matched {asked}; `specaudit list` shows names and tags", err=True)
+        repro_lines: list[str] = []
+        if repro_dir is not None and result.scenarios and not result.interrupted:
+            result, repro_lines = _with_repros(result, repro_dir)
         code = _publish(result, json_path, html_path, junit_path, gate, verbose - quiet)
+        if verbose - quiet >= 0:
+            for line in repro_lines:
+                click.echo(line)
     if settings is not None and settings.shard is not None:
         code = _shard_code(result, code, settings.shard)
     sys.exit(int(code))
@@ -451,6 +463,44 @@ def _outputs(json_path: str | None, html_path: str | None, junit_path: str | Non
     """Return the report paths made absolute, after checking that each can be written (UsageError if not)."""
     return (_writable(json_path, "--json"), _writable(html_path, "--html", folder_ok=True),
             _writable(junit_path, "--junit"))
+
+
+def _writable_folder(path: str | None, option: str) -> str | None:
+    """Return the folder ``path`` made absolute; raise UsageError unless files can be written into it (made if absent)."""
+    if path is None:
+        return None
+    from specaudit.results.document import file_kind
+
+    target = Path(os.path.abspath(os.path.expanduser(path)))
+    if target.exists() and not target.is_dir():
+        kind = "a file" if target.is_file() else file_kind(target.stat().st_mode)
+        raise UsageError(f"{option} {path}: not a folder ({kind}); give a folder path")
+    if not target.exists():  # the writer makes it: probe that a folder can be made in its nearest existing parent
+        existing = target.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise UsageError(f"{option} {path}: {existing} is not a folder")
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".specaudit-probe-", dir=existing))
+        except OSError as exc:
+            raise UsageError(f"{option} {path}: cannot create a folder in {existing} ({exc.strerror})") from None
+    return _writable(str(target) + os.sep, option, folder_ok=True)
+
+
+def _with_repros(result: Any, out_dir: str) -> tuple[Any, list[str]]:
+    """Write the repro files of a settled run (``--repro``); return the run with each scenario's ``repro`` list in
+    its info, and the lines to print."""
+    import dataclasses
+
+    from specaudit.reports import format as fmt
+    from specaudit.reports.repro import for_run
+    from specaudit.results import document
+
+    per, lines = for_run(document.to_document(result), out_dir)
+    scenarios = tuple(dataclasses.replace(s, info={**(s.info or {}), "repro": per[s.name]}) if s.name in per else s
+                      for s in result.scenarios)
+    return dataclasses.replace(result, scenarios=scenarios), [fmt.visible(line) for line in lines]
 
 
 def _writable(path: str | None, option: str, folder_ok: bool = False) -> str | None:

@@ -176,6 +176,7 @@ def _scenario_view(s: ScenarioResult, light: bool = False) -> dict[str, Any]:
         "rerun": None if s.rerun is None else {"seed": s.rerun.seed, "samples": s.rerun.samples,
                                                 "status": s.rerun.status.value},
         "diagnosis": info.get("diagnosis"),
+        "repro": info.get("repro") or [],
         "certificate": None if s.certificate is None else dataclasses.asdict(s.certificate) | {
             "certified": s.certificate.certified},
         "power_svg": plots.power(power_rows) if power_rows else None,
@@ -183,7 +184,7 @@ def _scenario_view(s: ScenarioResult, light: bool = False) -> dict[str, Any]:
         "flag": str(sens["flag"]) if sens.get("flag") else None,
         "info_scalars": {k: v for k, v in info.items() if _scalar(v)},
         "info_raw": {} if light else {k: _raw(v) for k, v in info.items()
-                                      if not _scalar(v) and k not in ("diagnosis", "sensitivity") and "power" not in k},
+                                      if not _scalar(v) and k not in ("diagnosis", "sensitivity", "repro") and "power" not in k},
     }
 
 

@@ -439,9 +439,12 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any], data
 def write_all(repros: Sequence[Repro], out_dir: str | Path) -> list[Path]:
     """Write every repro into ``out_dir``: rendered into a temporary folder beside it, then moved in (nothing half-written)."""
     out = Path(out_dir)
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    if out.is_dir():  # staged inside it, then moved in file by file
+        staging = Path(tempfile.mkdtemp(prefix=".repro-", dir=out))
+    else:  # staged beside it, then renamed to it whole
+        parent = out.resolve().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
     try:
         names = []
         for r in repros:
@@ -460,3 +463,40 @@ def write_all(repros: Sequence[Repro], out_dir: str | Path) -> list[Path]:
         return [out / r.name for r in repros]
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def for_run(doc: Mapping[str, Any], out_dir: str | Path) -> tuple[dict[str, list[dict[str, str]]], list[str]]:
+    """Write the repro files of a settled run's document into ``out_dir`` (``specaudit run --repro``).
+
+    Return, per scenario, the files written (``{"name", "check"}``, the ``repro`` entry of its info)
+    and a line per thing to tell (files written, findings left out and why). The same builder as
+    ``specaudit repro``: a run through an adapter or another contract gets none (said), a target
+    that no longer imports is said, never an error of the run.
+    """
+    from specaudit.errors import SpecauditError
+
+    found, without = findings(doc)
+    lines = [f"--repro: {name}: no replayable call recorded (a statistical or multi-call finding): not written"
+             for name in without]
+    if not found:
+        return {}, lines
+    settings = doc.get("settings") or {}
+    if settings.get("adapter") or settings.get("contract", "probs") != "probs":
+        return {}, lines + [f"--repro: the run went through adapter {settings.get('adapter')!r} / contract "
+                            f"{settings.get('contract', 'probs')!r}; repro files are written for the canonical "
+                            "contract only: none written"]
+    try:
+        repros, gone = build(doc, found, str(doc.get("target", "")))
+    except SpecauditError as exc:
+        return {}, lines + [f"--repro: none written: {exc}"]
+    try:
+        written = write_all(repros, out_dir) if repros else []
+    except OSError as exc:  # probed before the run; the disk may still fill or the folder go away since
+        return {}, lines + [f"--repro: none written: cannot write into {out_dir} ({exc.strerror or exc})"]
+    per: dict[str, list[dict[str, str]]] = {}
+    for r, path in zip(repros, written):
+        per.setdefault(r.finding.scenario, []).append({"name": r.name, "check": r.finding.check})
+        lines.append(f"wrote {path}: repro of {r.finding.scenario} / {r.finding.check} "
+                     f"({_shape_text(r.shrunk.after, r.shrunk.call.tree)})")
+    lines += [f"--repro: {name}: the recorded call no longer fails on the target: not written" for name in gone]
+    return per, lines

@@ -61,6 +61,8 @@ INFO: dict[str, Any] = {
     "sensitivity?": {"samples": "integer", "groups": "integer", "detectable_tv": "number", "alpha": "number",
                      "family_alpha": "number", "tests": "integer", "target_power": "number", "flag": "string?"},
     "power?": {"*": ("number", {"kind": "string?", "power": "number?", "same_law": "boolean?"})},
+    # the repro files `specaudit run --repro DIR` wrote for the scenario's failed exact findings
+    "repro?": [{"name": "string", "check": "string"}],
 }
 #: What the reports read of a run's ``settings`` (the reproduce line, the certificate line).
 SETTINGS: dict[str, Any] = {"samples": "integer?", "timeout": "number?", "certify_tv": "number?", "alpha": "number?",
