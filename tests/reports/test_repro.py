@@ -70,16 +70,61 @@ def _pytest(paths: list[Path], target: str | None, report: Path) -> subprocess.C
                           capture_output=True, text=True, env=env, timeout=120)
 
 
+#: The large-vocabulary call: V tokens, K = 2, one row (shrunk to K = 1: 3 V + 2 numbers; the shrinker's 400 replays
+#: leave about V - 400 tokens, still above the inline limit).
+LARGE_V = 8000
+
+
 @pytest.fixture(scope="module")
-def outcomes(written, tmp_path_factory):
+def large(tmp_path_factory):
+    """A leq_ratio call of LARGE_V tokens (draft 0 has p = 0 and q > 0, uniforms 0.0 first) written as a repro:
+    (folder, the repros)."""
+    import numpy as np
+
+    from specaudit.checks.replay import Call
+    from specaudit.reports.repro import Finding, build, write_all
+
+    rng = np.random.default_rng(36)
+    q = rng.dirichlet(np.ones(LARGE_V), size=(1, 2))
+    p = rng.dirichlet(np.ones(LARGE_V), size=(1, 3))
+    p[0, 0, 0] = 0.0
+    p[0, 0] /= p[0, 0].sum()
+    call = Call(np.array([[0, 1]]), q, p, np.array([2]), {"kind": "scripted", "start": 0, "skip": 0, "seed": 1},
+                "p-positive")
+    doc = {"target": "mutant:leq_ratio", "version": "test"}
+    repros, gone = build(doc, [Finding("large-v", "adversarial-uniforms", "a p = 0 draft accepted", call)],
+                         "mutant:leq_ratio")
+    assert not gone and len(repros) == 1
+    folder = tmp_path_factory.mktemp("large") / "repro"
+    write_all(repros, folder)
+    return folder, repros
+
+
+def test_inputs_above_the_size_limit_go_to_an_npz_beside_the_file(large):
+    from specaudit.reports.repro import INLINE_NUMBERS, inputs_of
+
+    folder, (repro,) = large
+    numbers = sum(a.size for a in inputs_of(repro.shrunk.call).values())
+    assert numbers > INLINE_NUMBERS, repro.shrunk.after  # still large after shrinking
+    assert sorted(p.name for p in folder.iterdir()) == sorted([repro.name, repro.data_name])
+    assert repro.data_name == "test_repro_large_v_adversarial_uniforms.npz"
+    text = repro.text
+    assert f"os.path.dirname(os.path.abspath(__file__)), {repro.data_name!r}" in text
+    assert len(text) < 10_000  # the numbers are not inline
+
+
+@pytest.fixture(scope="module")
+def outcomes(written, large, tmp_path_factory):
     """Run the repro files written against their own targets (one pytest run), then against each reference (one run
     per reference): {target or None: {file name without .py: the failure message, "" when it passed}}."""
     paths = {mutant: written[mutant][0] / f"{_name(mutant)}.py" for mutant, *_ in CASES}
     missing = [p for p in paths.values() if not p.exists()]
     assert not missing, missing
     done = {}
+    large_path = large[0] / large[1][0].name
     for target in (None, REFERENCE, TREE_REFERENCE):
         chosen = [paths[m] for m, _, _, ref in CASES if target in (None, ref)]
+        chosen += [large_path] if target in (None, REFERENCE) else []
         report = tmp_path_factory.mktemp("junit") / "report.xml"
         got = _pytest(chosen, target, report)
         assert got.returncode in (0, 1), got.stdout[-3000:]
@@ -96,6 +141,12 @@ def test_a_repro_fails_on_its_mutant_and_passes_on_the_reference(outcomes, mutan
     assert name in bad and name in good, (bad, good)
     assert bad[name].startswith("AssertionError: expected"), bad[name]  # the rule's assertion, not a crash
     assert good[name] == "", good[name]
+
+
+def test_a_repro_with_its_inputs_in_an_npz_fails_on_its_mutant_and_passes_on_the_reference(outcomes, large):
+    name = large[1][0].name.removesuffix(".py")
+    assert outcomes[None][name].startswith("AssertionError: expected"), outcomes[None][name]
+    assert outcomes[REFERENCE][name] == "", outcomes[REFERENCE][name]
 
 
 @pytest.mark.parametrize(("mutant", "check"), MUTANTS)
@@ -141,4 +192,16 @@ def test_a_target_that_no_longer_imports_is_a_usage_error_and_nothing_is_written
     got = CliRunner().invoke(main, ["repro", str(moved), "-o", str(tmp_path / "repro")])
     assert got.exit_code == ExitCode.USAGE_ERROR, got.output
     assert "no_such_module_here" in got.output
+    assert not (tmp_path / "repro").exists()
+
+
+def test_a_results_file_of_another_schema_version_is_a_usage_error_and_nothing_is_written(tmp_path, written):
+    folder, _ = written["leq_ratio"]
+    doc = json.loads((folder.parent / "r.json").read_text())
+    doc["schema_version"] = 99
+    other = tmp_path / "r.json"
+    other.write_text(json.dumps(doc))
+    got = CliRunner().invoke(main, ["repro", str(other), "-o", str(tmp_path / "repro")])
+    assert got.exit_code == ExitCode.USAGE_ERROR, got.output
+    assert "schema_version 99" in got.output, got.output
     assert not (tmp_path / "repro").exists()
