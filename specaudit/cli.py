@@ -289,22 +289,11 @@ def run(
 ) -> None:
     """Audit the verifier TARGET (pkg.mod:attr, path/file.py:attr, or an alias)."""
     if target == "hf-generate" or target.startswith("hf-generate@"):  # the whole loop, not one verifier call
-        given = [flag for flag, value in (("--json", json_path), ("--html", html_path), ("--junit", junit_path),
-                                          ("--repro", repro_dir),
-                                          ("--baseline", baseline_path), ("--fail-on", fail_on),
-                                          ("-s/--scenario", scenario_names)) if value]
-        if given:  # refused, never ignored: a report the user asked for and did not get is a lost result
-            raise click.UsageError(f"{', '.join(given)}: not available with {target} yet (the end-to-end loop audit "
-                                   "prints its verdict and exits 0 or 1; its JSON report is still to come)")
-        from specaudit.engine.stops import stop_signals
-
-        with stop_signals():
-            try:
-                code = _run_hf_generate(target, options)
-            except KeyboardInterrupt:
-                click.echo(f"{target}: interrupted", err=True)
-                code = ExitCode.INTERRUPTED
-        sys.exit(int(code))
+        if repro_dir:  # refused, never ignored: repro files are written for verifier calls, and this loop makes none
+            raise click.UsageError(f"--repro: not available with {target} (repro files replay one verifier call; "
+                                   "the end-to-end loop audit has none)")
+        sys.exit(int(_run_hf_generate(target, scenario_names, json_path, html_path, junit_path, baseline_path, fail_on,
+                                      verbose - quiet, options)))
     from specaudit.engine.stops import stop_signals
 
     gate = _baseline_gate(baseline_path, fail_on)  # bad rules or files fail before the run
@@ -365,22 +354,85 @@ def run(
     sys.exit(int(code))
 
 
-def _run_hf_generate(target: str, options: dict[str, Any]) -> ExitCode:
-    """Run the end-to-end audit of the installed transformers' assisted generation and print its verdict."""
-    from specaudit.loops import hf
+#: `run` options that mean nothing to the end-to-end loop audit (transformers' own loop draws every token):
+#: given, exit 4 (refused, never ignored). Option key -> (flag, default).
+_HF_GENERATE_REFUSED = {
+    "contract": ("--contract", "probs"), "convention": ("--convention", None), "batch": ("--batch", None),
+    "early_stop": ("--early-stop", False), "certify_tv": ("--certify-tv", None), "shard": ("--shard", None),
+    "backend": ("--backend", "local"), "ray_address": ("--ray-address", None), "adapter": ("--adapter", None),
+    "adapter_args": ("--adapter-arg", ()), "device": ("--device", None), "dtype": ("--dtype", None),
+    "timeout": ("--timeout", 60.0), "import_timeout": ("--import-timeout", 300.0), "max_memory": ("--max-memory", 2.0),
+    "max_device_memory": ("--max-device-memory", None),
+}
 
-    version = target.partition("@")[2] or None
+
+def _run_hf_generate(target: str, scenario_names: tuple[str, ...], json_path: str | None, html_path: str | None,
+                     junit_path: str | None, baseline_path: str | None, fail_on: tuple[str, ...], verbosity: int,
+                     options: dict[str, Any]) -> ExitCode:
+    """Audit the installed transformers' assisted generation, one scenario result per generate configuration.
+
+    The results go the way of every run's: Holm over the run, suspects re-run on a fresh seed, the
+    JSON (after every configuration), HTML and JUnit reports, the --baseline gate, the exit code.
+    """
+    import dataclasses
+    import datetime as dt
+    import time
+
+    from specaudit.engine.run import apply_holm, environment, rerun_suspects
+    from specaudit.engine.settings import RunSettings
+    from specaudit.engine.stops import stop_signals
+    from specaudit.loops import hf
+    from specaudit.reports import json as json_report
+    from specaudit.results import RunResult
+
+    given = [flag for key, (flag, default) in _HF_GENERATE_REFUSED.items() if options.get(key, default) != default]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: not available with {target} (it runs transformers' own generate "
+                               "loop on tiny models: no verifier is called, batched, sharded or adapted)")
+    configs = hf.configurations(scenario_names)
+    version = hf.check_version(target.partition("@")[2] or None)
+    gate = _baseline_gate(baseline_path, fail_on)
+    json_path, html_path, junit_path = _outputs(json_path, html_path, junit_path)
+    if html_path and html_path.endswith(os.sep):
+        from specaudit.reports import html
+
+        _writable(str(html.output_path(html_path, target)), "--html")
     seed = options.get("seed")
     seed = secrets.randbits(63) if seed is None else seed
-    result = hf.audit(samples=options.get("samples") or hf.DEFAULT_SAMPLES, seed=seed, alpha=options["alpha"],
-                      jobs=options.get("jobs") or 1, version=version)
-    for check in result.checks:
-        p = "" if check.pvalue is None else f" p = {check.pvalue:.3g}"
-        click.echo(f"{check.status.value.upper():7} {check.name}:{p} {check.summary}")
-    click.echo(f"hf-generate: transformers {result.transformers}, {result.setup.describe()}; N = {result.samples}, "
-               f"seed {result.seed}, {result.seconds:.1f} s ({result.per_sequence() * 1e3:.2f} ms per sequence, "
-               f"{result.jobs} jobs): {result.status.value.upper()}")
-    return result.exit_code
+    settings = RunSettings(alpha=options["alpha"], seed=seed, samples=options.get("samples") or hf.DEFAULT_SAMPLES,
+                           method=options["method"], jobs=options.get("jobs") or 1,
+                           suspect_level=options.get("suspect_level"))
+    samples, jobs, alpha, suspect = int(settings.samples or hf.DEFAULT_SAMPLES), settings.jobs, settings.alpha, \
+        settings.holm_suspect
+    env = {**environment(), "engine": "transformers", "engine_version": version,
+           "engine_source": "installed; generate(assistant_model=...) end to end"}
+    record = {"samples": samples, "method": settings.method, "jobs": jobs, "engine": f"transformers {version}"}
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+
+    def run_result(scenarios: tuple, **flags: Any) -> RunResult:
+        return RunResult(target, alpha, seed, __version__, scenarios, started=started,
+                         seconds=time.perf_counter() - t0, settings=record, environment=env, **flags)
+
+    def remeasure(i: int, fresh: int, n: int) -> Any:
+        return hf.measure(configs[i], n, fresh, jobs, method=settings.method)
+
+    done: list = []
+    with stop_signals():
+        try:
+            for i, config in enumerate(configs):
+                done.append(hf.measure(config, samples, hf.config_seed(seed, i), jobs, method=settings.method))
+                if json_path:
+                    json_report.write(run_result(tuple(done), partial=True), json_path)
+            checked = apply_holm(done, alpha, suspect)
+            if suspect is not None:
+                checked = rerun_suspects(checked, remeasure, alpha, suspect)
+            result = run_result(checked)
+        except KeyboardInterrupt:
+            click.echo(f"{target}: interrupted", err=True)
+            result = run_result(apply_holm(done, alpha, suspect), interrupted=True)
+        result = dataclasses.replace(result, seconds=time.perf_counter() - t0)
+        return _publish(result, json_path, html_path, junit_path, gate, verbosity)
 
 
 def _run_console() -> Console:

@@ -87,6 +87,9 @@ SMALLER: dict[str, dict[str, str]] = {
     # SGLang's Triton kernel in Triton's interpreter: ~10 ms a row (31 s for markov-v4 at 500, 2-core machine, 2026-12-06)
     "specaudit run sglang@0.5.23 -s markov-v4 --samples 500": {"--samples": "500"},
     "specaudit run sglang@0.5.23 -s block-extreme --adapter-arg block_verification=true --samples 500": {"--samples": "500"},
+    # transformers' generate loop is batch-1 (a few ms a continuation): 100 per configuration, one block in-process
+    "specaudit run hf-generate -s sampled -s greedy --json hf.json --junit hf.xml": {"--samples": "100"},
+    "specaudit run hf-generate --jobs 2": {"--samples": "100"},
     # the default suite with 20 seeds, the law stage and the zoo in full (README); 10 seeds of markov-v4
     # here, with the law stage at its default size (markov-v4 + the per-prefix/PIT coverage scenario)
     "specaudit selftest": {"--seeds": "10", "-s": "markov-v4"},
@@ -103,7 +106,7 @@ SLOW = {
 }
 
 # Python packages a line needs (checked with importlib.util.find_spec); a line is skipped without them.
-NEEDS = {"--backend ray": "ray", "hf-transformers": "torch", "--adapter torch": "torch", "sglang@": "triton"}
+NEEDS = {"--backend ray": "ray", "hf-transformers": "torch", "hf-generate": "transformers", "--adapter torch": "torch", "sglang@": "triton"}
 
 
 @dataclass(frozen=True)

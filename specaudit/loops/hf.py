@@ -35,6 +35,8 @@ tokens for every prompt.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import importlib.metadata
 import math
 import time
@@ -46,15 +48,19 @@ import numpy as np
 
 from specaudit.errors import ExitCode, UsageError
 from specaudit.loops import hf_mutants
-from specaudit.results import Category, CheckResult, Status, worst
+from specaudit.results import Category, CheckResult, ScenarioResult, Status, worst
 from specaudit.stats import gof
 
 __all__ = [
     "BLOCK",
+    "CONFIGS",
     "DEFAULT_SAMPLES",
     "Audit",
+    "Config",
     "Setup",
     "audit",
+    "configurations",
+    "measure",
     "build_models",
     "draw_block",
     "exact_law",
@@ -63,8 +69,8 @@ __all__ = [
     "sample_counts",
 ]
 
-#: Continuations drawn by default (``specaudit run hf-generate``).
-DEFAULT_SAMPLES = 20_000
+#: Continuations drawn by default, per sampled configuration (``specaudit run hf-generate``: seven of them).
+DEFAULT_SAMPLES = 5_000
 #: Continuations per seeded block: blocks are the unit of work, so the counts do not depend on ``jobs``.
 BLOCK = 500
 #: Most cells of the joint law (``vocab ** length``).
@@ -305,9 +311,13 @@ def _cell(index: int, setup: Setup) -> list[int]:
     return [int(x) for x in np.unravel_index(index, (setup.vocab,) * setup.length)]
 
 
-def joint_law(draws: Draws, probs: np.ndarray, setup: Setup, alpha: float) -> CheckResult:
-    """Test the emitted continuations against the exact law (:func:`specaudit.stats.goodness_of_fit`)."""
-    fit = gof.goodness_of_fit(draws.counts, probs)
+def joint_law(draws: Draws, probs: np.ndarray, setup: Setup, alpha: float | None, method: str = "pearson") -> CheckResult:
+    """Test the emitted continuations against the exact law (:func:`specaudit.stats.goodness_of_fit`).
+
+    ``alpha`` None: the p-value check is left PENDING for the run's Holm family (a continuation no
+    correct loop emits fails it outright, an exact finding).
+    """
+    fit = gof.goodness_of_fit(draws.counts, probs, method)
     expected = probs * fit.n
     with np.errstate(divide="ignore", invalid="ignore"):
         resid = np.where(expected > 0, (draws.counts - expected) / np.sqrt(expected),
@@ -320,14 +330,20 @@ def joint_law(draws: Draws, probs: np.ndarray, setup: Setup, alpha: float) -> Ch
                        "expected": float(expected[i]), "residual": float(resid[i])}
                       for i in top if draws.counts[i] or expected[i]],
     }
-    summary = f"X^2 = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f} (null ~{fit.tv_null:.4f})"
-    failed = fit.pvalue < alpha
+    summary = f"{'G' if method == 'g' else 'X^2'} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f} (null ~{fit.tv_null:.4f})"
+    failed = alpha is not None and fit.pvalue < alpha
     if fit.impossible:
         summary = f"{fit.impossible} continuations of target probability 0 were emitted; " + summary
     if draws.malformed:
         failed = True
         summary = (f"{draws.malformed} continuations no correct loop emits (first: {list(draws.first_malformed or ())}); "
                    + summary)
+    if draws.malformed:  # exact: outside Holm's family
+        return CheckResult("joint-law", Category.DISTRIBUTION, Status.FAILED, summary, fit.statistic, fit.pvalue,
+                           fit.df, data=data)
+    if alpha is None:
+        return CheckResult("joint-law", Category.DISTRIBUTION, Status.PENDING, summary, fit.statistic, fit.pvalue,
+                           fit.df, data=data)
     status = Status.FAILED if failed else Status.PASSED
     return CheckResult("joint-law", Category.DISTRIBUTION, status, summary, fit.statistic, fit.pvalue, fit.df,
                        adjusted_pvalue=fit.pvalue, data=data)
@@ -366,6 +382,81 @@ def greedy_equality(setup: Setup, mutant: str | None = None) -> CheckResult:
         status = Status.PASSED
     return CheckResult("greedy-equality", Category.DISTRIBUTION, status, summary,
                        data={"prompts": len(prompts), "mismatches": mismatches[:TOP_CELLS]})
+
+
+# -- the generate configurations: one scenario result each --------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """One generate configuration audited: a scenario of ``specaudit run hf-generate``."""
+
+    name: str
+    description: str
+    setup: Setup
+    sampled: bool = True  # False: greedy decoding, checked exactly (assisted == plain)
+
+    def content_hash(self) -> str:
+        """Return the hash of what the configuration measures (two results compare only when it agrees)."""
+        return hashlib.sha256(repr((self.setup, self.sampled)).encode()).hexdigest()[:16]
+
+
+_BASE = Setup()
+#: The configurations of ``specaudit run hf-generate``, in run order (``-s NAME`` picks some).
+CONFIGS: dict[str, Config] = {c.name: c for c in (
+    Config("sampled", "do_sample with temperature 0.9, top-k 4, top-p 0.95", _BASE),
+    Config("greedy", "do_sample=False: assisted == plain greedy decoding, prompt by prompt (exact)", _BASE, sampled=False),
+    Config("temperature", "temperature 1.3 alone (no top-k, no top-p)",
+           dataclasses.replace(_BASE, temperature=1.3, top_k=None, top_p=None)),
+    Config("top-k", "top-k 2 alone (temperature 1)", dataclasses.replace(_BASE, temperature=1.0, top_k=2, top_p=None)),
+    Config("top-p", "top-p 0.7 alone (temperature 1)",
+           dataclasses.replace(_BASE, temperature=1.0, top_k=None, top_p=0.7)),
+    Config("eos-in-block", "EOS drafted inside a block of up to 4 (V=4, max_new_tokens 5, P(first token EOS) ~0.5)",
+           dataclasses.replace(_BASE, vocab=4, eos=3, prompt=(1, 2), length=5, top_k=None)),
+    Config("max-new-tokens-1", "max_new_tokens 1: the assistant may draft nothing",
+           dataclasses.replace(_BASE, length=1)),
+    Config("max-new-tokens-4", "max_new_tokens 4: the block cut at max_length",
+           dataclasses.replace(_BASE, length=4)),
+)}
+
+
+def configurations(names: Sequence[str] | None = None) -> list[Config]:
+    """Return the configurations named (all of them for None or empty), UsageError naming an unknown one."""
+    if not names:
+        return list(CONFIGS.values())
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise UsageError(f"-s {unknown[0]}: not a configuration of hf-generate; it has: {', '.join(CONFIGS)}")
+    return [CONFIGS[n] for n in dict.fromkeys(names)]
+
+
+def config_seed(seed: int, index: int) -> int:
+    """Return the seed of configuration ``index`` of a run seeded ``seed``."""
+    return int(np.random.SeedSequence([seed, 35, index]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def measure(config: Config, samples: int, seed: int, jobs: int = 1, mutant: str | None = None,
+            method: str = "pearson", progress: Callable[[int], None] | None = None) -> ScenarioResult:
+    """Measure one configuration: its joint law left PENDING for Holm (sampled), or greedy equality (exact)."""
+    start = time.perf_counter()
+    setup = config.setup
+    info: dict[str, Any] = {"setup": setup.describe(), "mutant": mutant}
+    if config.sampled:
+        probs = exact_law(setup)
+        draws = sample_counts(setup, samples, seed, jobs, mutant, progress)
+        law = probs.reshape((setup.vocab,) * setup.length)
+        # a continuation stops at EOS before max_new_tokens iff its cell has EOS at position length - 2
+        info["p_eos_before_cap"] = float(law.take(setup.eos, axis=setup.length - 2).sum()) if setup.length > 1 else 0.0
+        info["per_sequence_s"] = draws.seconds / samples
+        checks: tuple[CheckResult, ...] = (joint_law(draws, probs, setup, None, method),)
+        verifier_seconds, calls = draws.seconds, samples
+    else:
+        checks = (greedy_equality(setup, mutant),)
+        verifier_seconds, calls, samples = 0.0, 2 * len(greedy_prompts(setup)), len(greedy_prompts(setup))
+    line = list(CONFIGS).index(config.name) + 1 if config.name in CONFIGS else 1
+    return ScenarioResult(config.name, "<hf-generate>", line, config.content_hash(),
+                          config.description, seed, samples, checks, seconds=time.perf_counter() - start,
+                          verifier_seconds=verifier_seconds, calls=calls, info=info)
 
 
 @dataclass(frozen=True)

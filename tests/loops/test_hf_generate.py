@@ -46,17 +46,6 @@ def _audited_release() -> str:
     return release
 
 
-def test_released_transformers_gets_its_verdict_and_mutant_fails(law):
-    # the release under audit (named, never whichever pip resolved) and a negative control (q before
-    # temperature / top-k / top-p); at L = 2 the assistant drafts one token a round, so draft-probs-shifted
-    # has no row to shift
-    release = _audited_release()
-    good = hf.joint_law(hf.sample_counts(SETUP, N, 11), law, SETUP, 1e-3)
-    bad = hf.joint_law(hf.sample_counts(SETUP, N, 11, mutant="draft-probs-unprocessed"), law, SETUP, 1e-3)
-    assert good.status is VERDICTS[release], good.summary
-    assert bad.status is Status.FAILED, bad.summary
-
-
 def test_exact_draws_pass_at_the_level(law):
     # null: counts drawn from the exact law itself (numpy) pass the same check
     rng = np.random.default_rng(5)
@@ -89,9 +78,75 @@ def test_cli_wrong_version_exits_4():
     assert "installed transformers" in out.output
 
 
-@pytest.mark.parametrize("flags", [["--json", "r.json"], ["--html", "r.html"], ["--junit", "r.xml"], ["-s", "markov-v4"]])
-def test_cli_refuses_the_reports_it_cannot_write_yet_before_any_draw(flags, tmp_path):
+def test_released_transformers_gets_its_verdict_and_mutant_fails():
+    # the results path of a run: a ScenarioResult per configuration, its joint law PENDING until Holm;
+    # the release under audit (named, never whichever pip resolved) and a negative control (q before
+    # temperature / top-k / top-p); at L = 2 the assistant drafts one token a round, so draft-probs-shifted
+    # has no row to shift
+    from specaudit.engine.run import apply_holm
+
+    config = hf.Config("small", "V=5 L=2", SETUP)
+    good = hf.measure(config, N, 11)
+    assert good.checks[0].status is Status.PENDING and good.checks[0].pvalue is not None
+    bad = hf.measure(config, N, 11, mutant="draft-probs-unprocessed")
+    settled = apply_holm([good, bad], 1e-3)
+    assert settled[0].status is VERDICTS[_audited_release()], settled[0].checks[0].summary
+    assert settled[1].status is Status.FAILED and settled[1].checks[0].adjusted_pvalue <= 1e-3
+
+
+def test_unknown_configuration_is_a_usage_error_naming_the_choices():
+    with pytest.raises(UsageError, match="-s nope: not a configuration of hf-generate; it has: sampled, greedy"):
+        hf.configurations(["nope"])
+    assert [c.name for c in hf.configurations(["greedy", "greedy"])] == ["greedy"]
+
+
+#: Cheap configurations for the CLI: V = 6, one token (6 cells), and greedy decoding.
+CHEAP = ["-s", "max-new-tokens-1", "-s", "greedy", "--samples", "300", "--seed", "4"]
+
+
+def test_cli_writes_json_html_junit_naming_the_release(tmp_path):
+    import json
+    import xml.etree.ElementTree as ET
+
+    from specaudit.results import schema
+
+    release = _audited_release()
+    paths = {"--json": tmp_path / "r.json", "--html": tmp_path / "r.html", "--junit": tmp_path / "r.xml"}
+    flags = [str(x) for pair in paths.items() for x in pair]
+    out = CliRunner().invoke(main, ["run", "hf-generate", *CHEAP, *flags])
+    assert out.exit_code == 0 if VERDICTS[release] is Status.PASSED else 1, out.output
+    doc = json.loads(paths["--json"].read_text())
+    schema.validate(doc)
+    assert [s["name"] for s in doc["scenarios"]] == ["max-new-tokens-1", "greedy"]
+    assert doc["environment"]["engine"] == "transformers" and doc["environment"]["engine_version"] == release
+    assert doc["exit_code"] == out.exit_code and doc["seed"] == 4
+    joint = doc["scenarios"][0]["checks"][0]
+    assert joint["name"] == "joint-law" and joint["adjusted_pvalue"] is not None
+    cases = ET.parse(paths["--junit"]).getroot().iter("testcase")
+    assert {c.get("name") for c in cases} >= {"joint-law", "greedy-equality"}
+    assert f"transformers {release}" in paths["--html"].read_text()
+    # the same run as its own baseline: nothing regressed
+    again = CliRunner().invoke(main, ["run", "hf-generate", *CHEAP, "--baseline", str(paths["--json"])])
+    assert again.exit_code == out.exit_code, again.output
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--shard", "0/2"], "--shard"), (["--batch", "8"], "--batch"), (["--adapter", "torch"], "--adapter"),
+    (["--early-stop", "--certify-tv", "0.01"], "--early-stop, --certify-tv"), (["--contract", "logits"], "--contract"),
+])
+def test_cli_refuses_options_that_cannot_apply_before_any_draw(flags, named, tmp_path):
+    out = CliRunner().invoke(main, ["run", "hf-generate", *CHEAP, "--json", str(tmp_path / "r.json"), *flags])
+    assert out.exit_code == 4, out.output
+    assert f"{named}: not available with hf-generate" in out.output
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["-s", "markov-v4"], "-s markov-v4: not a configuration of hf-generate"),
+    (["--fail-on", "tokens-per-step:2%"], "--fail-on needs --baseline"),
+    (["--json", "/"], "'--json': File '/' is a directory"),
+])
+def test_cli_bad_input_exits_4_naming_it(flags, message):
     out = CliRunner().invoke(main, ["run", "hf-generate", "--samples", "10", *flags])
     assert out.exit_code == 4, out.output
-    assert "not available with hf-generate yet" in out.output and flags[0].split("/")[0] in out.output
-    assert not list(tmp_path.iterdir())
+    assert message in out.output
