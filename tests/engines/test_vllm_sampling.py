@@ -72,3 +72,16 @@ def test_mixed_greedy_sampled_batch_on_vllm_0_33_0_and_the_pr_27077_mutant() -> 
     assert mutant["greedy-rows"][0] == "failed", mutant["greedy-rows"]
     assert "differ from greedy decoding" in mutant["greedy-rows"][1]
     assert mutant["joint-law"][0] == "failed", mutant["joint-law"]
+
+
+@pytest.mark.parametrize("value", ["1", "0.5", "nan", "inf", "x"])
+def test_a_greedy_sentinel_above_zero_or_not_a_number_is_a_usage_error(value: str) -> None:
+    from click.testing import CliRunner
+
+    from specaudit.cli import main
+    from specaudit.errors import ExitCode
+
+    result = CliRunner().invoke(main, ["run", "specaudit.verifiers.reference:verify", "--adapter", "vllm",
+                                       "--adapter-arg", f"greedy_temperature={value}", "-s", "toy-chain"])
+    assert result.exit_code == ExitCode.USAGE_ERROR, result.output
+    assert "greedy_temperature" in result.output
