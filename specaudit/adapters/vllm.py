@@ -24,6 +24,31 @@ namespace with those fields). The output is padded with -1 (``PLACEHOLDER_TOKEN_
 ``b`` holds ``n_out[b]`` ids. Ids >= V are *not* filtered (vLLM's ``parse_output`` would hide them:
 vLLM #20531), so the contract check sees them. ``draft_probs=none`` passes None (n-gram drafting:
 one-hot q), which needs a one-hot drafter scenario (``draft: {kind: greedy}``).
+
+Per-request sampling (``--contract logits``; the serving scenarios, ``serving-*``)
+------------------------------------------------------------------------------------
+Under the logits contract the verifier gets raw logits and the run's per-row parameters
+(:class:`specaudit.contract.logits.LogitsParams`, ``params.rows``), and the adapter builds the batch
+the way vLLM's ``RejectionSampler.forward`` hands it to ``rejection_sample`` (read in 0.33.0,
+``vllm/v1/sample/rejection_sampler.py``, ``forward`` and ``rejection_sample`` lines 432-587):
+
+- ``SamplingMetadata.temperature[b]`` is the request's temperature, and a greedy request (temperature
+  0) carries the *input batch's* greedy sentinel, ``greedy_temperature`` (default 0: vLLM PR #27077
+  moved the batch's sentinel from -1 to 0; ``--adapter-arg greedy_temperature=-1`` for releases
+  before it, e.g. 0.8.5, whose ``GREEDY_TEMPERATURE`` is -1). ``rejection_sample`` marks a row greedy
+  when ``temperature == GREEDY_TEMPERATURE`` (its own module constant): a sampler whose constant
+  differs from the batch's (the PR #27077 bug) treats greedy rows as random.
+- ``all_greedy`` / ``all_random`` say whether every / no row is greedy (a mixed batch has both
+  False and runs both kernels); ``top_k`` [B] int32 (the vocabulary size where off) and ``top_p``
+  [B] float32 (1 where off) are set when some row uses them, else None; ``generators`` holds one
+  seeded ``torch.Generator`` per sampled request (greedy rows draw nothing).
+- Greedy rows' target logits are the raw ones (``apply_sampling_constraints`` leaves them as they
+  are: it divides by 1 there), so the released greedy kernel takes their argmax; sampled rows' target
+  logits are processed with the row's parameters (:func:`specaudit.contract.logits.processed`, the
+  run's convention: ``--convention vllm`` is vLLM's ``apply_sampling_constraints`` order, checked
+  against the release in tests/contract/test_conventions.py); ``draft_probs`` are the drafter's
+  processed law; the bonus is the argmax of the raw logits on greedy rows and a sample of the
+  processed law on the others (vLLM's ``Sampler``, outside the rejection sampler).
 """
 
 from __future__ import annotations
@@ -56,8 +81,8 @@ def packed(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarra
     }
 
 
-def sampling_metadata(batch: int, device: str, generators: dict[int, Any]) -> Any:
-    """Return a SamplingMetadata for all-random requests at temperature 1 (vLLM's class when installed)."""
+def sampling_metadata(batch: int, device: str, generators: dict[int, Any], per_row: dict[str, Any] | None = None) -> Any:
+    """Return a SamplingMetadata (vLLM's class when installed): all-random at temperature 1, or ``per_row``'s fields."""
     import torch
 
     core = {
@@ -67,6 +92,7 @@ def sampling_metadata(batch: int, device: str, generators: dict[int, Any]) -> An
         "top_p": None,
         "top_k": None,
         "generators": generators,
+        **(per_row or {}),
     }
     try:
         from vllm.v1.sample.metadata import SamplingMetadata
@@ -116,11 +142,42 @@ def _one_hot_at_drafts(q: np.ndarray, draft: np.ndarray, valid: np.ndarray) -> b
     return bool(np.all(at[valid] == 1.0))
 
 
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - np.max(logits, axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def per_request(
+    draft: np.ndarray, draft_logits: np.ndarray, target_logits: np.ndarray, num_draft: np.ndarray, params: Any,
+    greedy_temperature: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """Return ``(q, target, greedy, fields)`` of a per-request batch: the drafter's processed law, the target's
+    payload (raw logits on greedy rows, processed log-probabilities on sampled rows), the greedy rows, and
+    SamplingMetadata's per-request fields as numpy (temperature with the batch's greedy sentinel, top_k, top_p)."""
+    from specaudit.contract.logits import processed
+
+    batch, vocab = draft.shape[0], target_logits.shape[-1]
+    rows = params.row_params(batch)
+    q, p = processed(params, draft, num_draft, draft_logits, target_logits)
+    greedy = np.array([r.target.greedy for r in rows], dtype=bool)
+    with np.errstate(divide="ignore"):
+        target = np.where(greedy[:, None, None], target_logits, np.log(p))
+    temperature = np.array([greedy_temperature if g else r.target.temperature for g, r in zip(greedy, rows)])
+    fields: dict[str, Any] = {"temperature": temperature.astype(np.float32), "top_k": None, "top_p": None,
+                              "all_greedy": bool(batch and greedy.all()), "all_random": not greedy.any()}
+    if any(r.target.top_k for r in rows):
+        fields["top_k"] = np.array([r.target.top_k or vocab for r in rows], dtype=np.int32)
+    if any(r.target.top_p < 1 for r in rows):
+        fields["top_p"] = np.array([r.target.top_p for r in rows], dtype=np.float32)
+    return q, target, greedy, fields
+
+
 def build(
     target: Callable[..., Any], device: str = "cpu", dtype: str = "float32", draft_probs: str = "given",
-    target_input: str = "auto",
+    target_input: str = "auto", greedy_temperature: float = 0.0,
 ) -> Callable[..., Any]:
-    """Return the canonical verifier that calls a target in vLLM v1's packed layout."""
+    """Return the canonical verifier that calls a target in vLLM v1's packed layout (and the logits contract's)."""
     import torch
 
     from specaudit.adapters.torch import check_device, mark_logits_input, to_torch, torch_dtype
@@ -129,28 +186,55 @@ def build(
     fdt = torch_dtype(dtype)
     takes = sixth_argument(target, target_input)
 
-    def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, rng: Any) -> Any:
+    def verify(draft: np.ndarray, q: np.ndarray, p: np.ndarray, num_draft: np.ndarray, *rest: Any) -> Any:
+        # five arguments: the canonical contract (q, p processed); six: the logits contract (raw logits, params)
+        params, rng = rest if len(rest) == 2 else (None, rest[0])
         batch, k = draft.shape
         nd = np.asarray(num_draft, dtype=np.int64)
-        flat = packed(draft, q, p, nd)
+        greedy = np.zeros(batch, dtype=bool)
+        fields: dict[str, Any] = {}
+        if params is not None:
+            q, payload, greedy, fields = per_request(draft, q, p, nd, params, greedy_temperature)
+            law = np.where(greedy[:, None, None], 0.0, np.exp(payload))  # the sampled rows' processed law
+            given = np.where(greedy[:, None, None], _softmax(payload), law)  # what a probs-taking release gets
+            sent = payload if takes == "logits" else given
+        else:
+            law = p
+        flat = packed(draft, q, law if params is None else sent, nd)
         if draft_probs == "none" and not _one_hot_at_drafts(q, draft, np.arange(k)[None, :] < nd[:, None]):
             raise ValueError("draft_probs=none (n-gram, one-hot q) needs a one-hot drafter scenario (draft: {kind: greedy})")
-        # the bonus is sampled by vLLM's ordinary sampler, outside the rejection sampler
+        # the bonus is sampled by vLLM's ordinary sampler, outside the rejection sampler (greedy rows: the argmax)
         with harness_draws(rng):  # the adapter's own draw: never counted as reaching the acceptance step
-            bonus = sample_rows(p[np.arange(batch), nd], rng.random(batch)) if batch else np.zeros(0, np.int64)
+            if batch:
+                at = np.arange(batch), nd
+                sampled = ~greedy
+                bonus = np.zeros(batch, np.int64)
+                u = rng.random(batch)
+                if sampled.any():
+                    bonus[sampled] = sample_rows(law[at][sampled], u[sampled])
+                if greedy.any():
+                    bonus[greedy] = np.argmax(p[at][greedy], axis=-1)
+            else:
+                bonus = np.zeros(0, np.int64)
         max_spec_len = int(nd.max()) if batch else 0
         seeds = [0] * batch if is_scripted(rng) else rng.integers(0, 2**63 - 1, size=batch).tolist()
+        if params is None:
+            sixth = flat["target_probs"] if takes == "probs" else as_logits(flat["target_probs"])
+        else:
+            sixth = flat["target_probs"]
         with torch.inference_mode(), routed(rng, device):
-            generators = {i: torch.Generator(device=device).manual_seed(int(s)) for i, s in enumerate(seeds)}
+            generators = {i: torch.Generator(device=device).manual_seed(int(s))
+                          for i, s in enumerate(seeds) if not greedy[i]}
+            per_row = {key: (to_torch(v, device) if isinstance(v, np.ndarray) else v) for key, v in fields.items()}
             result = target(
                 to_torch(flat["draft_token_ids"], device),
                 nd.tolist(),
                 max_spec_len,
                 to_torch(flat["cu_num_draft_tokens"], device),
                 None if draft_probs == "none" else to_torch(flat["draft_probs"], device, fdt),
-                to_torch(flat["target_probs"] if takes == "probs" else as_logits(flat["target_probs"]), device, fdt),
+                to_torch(sixth, device, fdt),
                 to_torch(bonus.astype(np.int32)[:, None], device),
-                sampling_metadata(batch, device, generators),
+                sampling_metadata(batch, device, generators, per_row or None),
             )
         res = result.detach().cpu().numpy() if hasattr(result, "detach") else np.asarray(result)
         if res.shape != (batch, max_spec_len + 1):
@@ -166,6 +250,13 @@ def build(
     return mark_logits_input(verify) if takes == "logits" else verify  # softmaxed inside, in float32: p = q up to rounding
 
 
+def _sentinel(value: Any) -> float:
+    t = float(value)
+    if t != t or t in (float("inf"), float("-inf")) or t > 0:
+        raise ValueError("the greedy sentinel is 0 or a negative number (vLLM: 0 since PR #27077, -1 before)")
+    return t
+
+
 ADAPTER = Adapter(
     "vllm",
     "vLLM v1 rejection_sample: packed ragged drafts, inclusive cu_num_draft_tokens, per-request generators",
@@ -176,6 +267,8 @@ ADAPTER = Adapter(
         Option("draft_probs", str, "given", "given: pass q; none: pass None (n-gram drafts, one-hot q)", ("given", "none")),
         Option("target_input", str, "auto", "what rejection_sample's 6th argument holds: probs (vLLM <= 0.15), logits "
                "(>= 0.16), auto: read from its parameter name", ("auto", "probs", "logits")),
+        Option("greedy_temperature", _sentinel, 0.0, "--contract logits: the temperature vLLM's input batch writes "
+               "for a greedy request (0 since vLLM PR #27077; -1 before, e.g. 0.8.5)"),
     ),
     requires=("torch",),
     extra="torch",
