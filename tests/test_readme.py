@@ -93,6 +93,13 @@ SMALLER: dict[str, dict[str, str]] = {
     # the default suite with 20 seeds, the law stage and the zoo in full (README); 10 seeds of markov-v4
     # here, with the law stage at its default size (markov-v4 + the per-prefix/PIT coverage scenario)
     "specaudit selftest": {"--seeds": "10", "-s": "markov-v4"},
+    # vLLM's Triton kernels in Triton's interpreter: 300 is what a run takes there by default (docs/engine-vllm.md)
+    "specaudit run vllm@0.34.0 -s markov-v4 --samples 300": {"--samples": "300"},
+    "specaudit run vllm@0.33.0 -s markov-v4 --samples 300": {"--samples": "300"},
+    "specaudit run vllm@0.34.0 -s markov-v4 --samples 300 --adapter-arg mode=fly": {"--samples": "300"},
+    # the suspect on purpose of docs/troubleshooting.md: its seed and size are what make it suspect
+    "specaudit run mypkg.spec:verify -s markov-v4 --samples 15000 --seed 1 --alpha 0.1 --suspect-level 0.9":
+        {"--samples": "15000"},
 }
 
 # Lines too heavy for every CI run: each runs alone, in its own project folder, under -m slow.
@@ -103,10 +110,28 @@ SLOW = {
     # 22 s of CPU even at --samples 500 (HF's exact probes run batch-1); the line above already runs
     # the HF suite in every CI run, and tests/adapters/test_hf.py runs this lossy weight
     "specaudit run hf-transformers@5.25.0 --adapter-arg assistant_ensemble_weight=0.5",
+    # vLLM in Triton's interpreter: 58 s, 14 s and 47 s wall on the 2-core machine (2026-12-07);
+    # tests/engines/test_vllm.py pins the same verdicts in every CI run
+    "specaudit run vllm@0.34.0 -s markov-v4 --samples 300",
+    "specaudit run vllm@0.33.0 -s markov-v4 --samples 300",
+    "specaudit run vllm@0.34.0 -s markov-v4 --samples 300 --adapter-arg mode=fly",
+    # fetches flashinfer-python's wheel from the package index when it is not cached (4 s when it is);
+    # tests/engines/test_sglang_flashinfer.py pins the same refusal in every CI run
+    "specaudit run flashinfer@0.7.4 -s markov-v4",
 }
 
 # Python packages a line needs (checked with importlib.util.find_spec); a line is skipped without them.
-NEEDS = {"--backend ray": "ray", "hf-transformers": "torch", "hf-generate": "transformers", "--adapter torch": "torch", "sglang@": "triton"}
+NEEDS = {"--backend ray": "ray", "hf-transformers": "torch", "hf-generate": "transformers", "--adapter torch": "torch", "sglang@": "triton",
+         "vllm@": "triton", "flashinfer@": "torch"}
+
+
+def _cuda() -> bool:
+    """Return whether torch sees a CUDA device (False without torch)."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,10 @@ class Line:
         """Return why this line cannot run here, or None."""
         if "--device cuda" in self.text:
             return "needs a CUDA GPU (and FlashInfer), and `mymod` is the user's module"
+        if "sglang-tree" in self.text:
+            return "needs a CUDA GPU and sgl-kernel (the tree op is CUDA-only; tests/laws cover the adapter)"
+        if "flashinfer@" in self.text and _cuda():
+            return "states the refusal on a machine without CUDA; this one has a CUDA device"
         if "--adapter vllm" in self.text:
             return "needs vLLM and the user's `mymod:rejection_sample` (tests/adapters cover the adapter)"
         if self.text.split("&&")[-1].split()[:3] == ["python", "-m", "pytest"]:
@@ -285,8 +314,13 @@ def test_readme_slow_line_runs_and_exits_as_stated(line: Line, project: Path) ->
 
 
 def check_artefacts(line: Line, project: Path) -> None:
-    """Check the files a line says it writes."""
+    """Check the files a line says it writes (a usage error writes none)."""
     words = line.text.split()
+    if line.exit_code == ExitCode.USAGE_ERROR:
+        for flag in ("--json", "--junit", "--html"):
+            if flag in words:
+                assert not (project / words[words.index(flag) + 1]).exists(), line.text
+        return
     for flag in ("--json", "--junit"):
         if flag in words:
             assert (project / words[words.index(flag) + 1]).stat().st_size > 0, line.text
