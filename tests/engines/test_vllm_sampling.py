@@ -54,6 +54,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow  # ~30 s in Triton's interpreter: run with -m slow (kept out of .ci/run's 15-minute budget)
 def test_mixed_greedy_sampled_batch_on_vllm_0_33_0_and_the_pr_27077_mutant() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=900, cwd=REPO)
