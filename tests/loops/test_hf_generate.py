@@ -150,3 +150,10 @@ def test_cli_bad_input_exits_4_naming_it(flags, message):
     out = CliRunner().invoke(main, ["run", "hf-generate", "--samples", "10", *flags])
     assert out.exit_code == 4, out.output
     assert message in out.output
+
+
+def test_repro_is_refused_with_the_loop_audit_and_nothing_is_written(tmp_path):
+    out = CliRunner().invoke(main, ["run", "hf-generate", "--repro", str(tmp_path / "repros")])
+    assert out.exit_code == 4, out.output
+    assert "--repro: not available with hf-generate" in out.output
+    assert not (tmp_path / "repros").exists()
