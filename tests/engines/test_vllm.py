@@ -196,6 +196,7 @@ def test_mrv2_block_mode_passes_block_extreme_at_per_request_temperatures(tmp_pa
     assert checks["joint-law"]["status"] == "passed" and checks["tokens-per-step"]["status"] == "passed"
 
 
+@pytest.mark.slow  # 27 s in the interpreter; the fly mode below pins a lossy mode's verdict in every CI run
 def test_mrv2_synthetic_mode_is_lossy(tmp_path: Path) -> None:
     spec = "vllm@0.34.0 --adapter-arg mode=synthetic"
     _own_line(spec)
