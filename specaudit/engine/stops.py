@@ -7,10 +7,11 @@ ends it as interrupted (exit 2, the JSON written) rather than by Python's defaul
 Python runs a signal's handler in the main thread at the next bytecode, wherever that is. Two places
 must not get a KeyboardInterrupt, so there the stop is kept pending and raised as soon as it may be:
 
-- the import system's own code (``<frozen importlib._bootstrap>``): raised between its taking the
-  global import lock and the ``try`` that gives it back, it left the lock held, and the next import
-  of another thread (the supervisor's warm-import thread) waited on it for ever; raised in its
-  weak-reference callback, it was "ignored" (printed and dropped), and the run ended 0;
+- an import, the import system's own code (``<frozen importlib._bootstrap>``) or the module code it
+  runs: raised between its taking the global import lock and the ``try`` that gives it back, it left
+  the lock held, and the next import of another thread (the supervisor's warm-import thread) waited
+  on it for ever; raised in its weak-reference callback, or in the ``abc.register`` a Cython module's
+  init calls (numpy.random's), it was dropped there, and the run ended 0;
 - a :func:`held` section, whichever thread the kernel gave the signal to (a thread started by a C
   library does not block it): the C handler of any thread makes the main thread run this one.
 
@@ -44,9 +45,13 @@ class _State:
     pending: int | None = None
 
 
-def _in_import_system(frame: FrameType | None) -> bool:
-    """Return True when ``frame`` (the one a signal interrupted) is the import system's own code."""
-    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+def _in_import(frame: FrameType | None) -> bool:
+    """Return True when ``frame`` (the one a signal interrupted) or a caller of it is the import system's code."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _deliver_again(signum: int) -> None:
@@ -66,13 +71,13 @@ def _deliver_again(signum: int) -> None:
 def stop(signum: int, frame: Any) -> None:
     """Handle a stop signal: raise KeyboardInterrupt (as Python's SIGINT handler does, for SIGTERM too).
 
-    Inside a :func:`held` section the stop is kept for its end; inside the import system it is
-    delivered again a moment later (by then the import system's critical lines are behind).
+    Inside a :func:`held` section the stop is kept for its end; inside an import it is delivered
+    again every moment until the import is over.
     """
     if _State.holding:
         _State.pending = signum
         return
-    if _in_import_system(frame):
+    if _in_import(frame):
         _State.pending = signum
         _deliver_again(signum)
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import signal
 import sys
 import threading
@@ -28,14 +29,42 @@ def _wait_for_the_stop() -> None:
 def test_a_stop_that_lands_in_the_import_system_is_kept_and_raised_just_after():
     # a KeyboardInterrupt raised between importlib taking the global import lock and its try left the
     # lock held (the warm-import thread then waited for ever); one in its weakref callback was dropped
-    inside = types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename="<frozen importlib._bootstrap>"))
+    inside = types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename="<frozen importlib._bootstrap>"), f_back=None)
     with stops.stop_signals():
         stops.stop(signal.SIGTERM, inside)  # returns: nothing raised in the import system's own code
         with pytest.raises(KeyboardInterrupt):
             _wait_for_the_stop()
-    outside = types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename=__file__))
+    outside = types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename=__file__), f_back=None)
     with stops.stop_signals(), pytest.raises(KeyboardInterrupt):  # negative control: anywhere else it raises at once
         stops.stop(signal.SIGTERM, outside)
+
+
+#: A module that stops its own process while it is imported, then runs on for a while.
+_STOPS_ITSELF = """
+import os, signal, time
+os.kill(os.getpid(), signal.SIGTERM)
+t0 = time.monotonic()
+while time.monotonic() - t0 < 0.2:
+    pass
+FINISHED = True
+"""
+
+
+def test_a_stop_during_any_module_import_waits_for_the_import_to_finish(tmp_path, monkeypatch):
+    # a stop raised in code a module runs while it is imported (numpy.random's Cython init calling abc.register)
+    # was caught and dropped there (a warning), and the run ended 0: 4 of 100 stressed CLI runs before
+    (tmp_path / "stops_itself.py").write_text(_STOPS_ITSELF)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with stops.stop_signals():
+        with pytest.raises(KeyboardInterrupt):
+            module = importlib.import_module("stops_itself")
+            assert module.FINISHED  # the whole module ran: nothing was raised inside it
+            _wait_for_the_stop()
+    assert sys.modules["stops_itself"].FINISHED
+    scope: dict = {}
+    with stops.stop_signals(), pytest.raises(KeyboardInterrupt):  # negative control: the same code, not imported
+        exec(compile(_STOPS_ITSELF, "stops_itself.py", "exec"), scope)
+    assert "FINISHED" not in scope
 
 
 def test_a_stop_python_drops_in_a_finaliser_is_delivered_again():
