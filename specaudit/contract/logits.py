@@ -49,6 +49,19 @@ the verifier must read ``q`` of draft token ``x`` at the draft id ``i`` with ``d
 (``q_target[d2t] = q_draft``, 0 elsewhere). A scenario without ``d2t`` hands the identity map
 (``Vd = V``). :func:`bind_map` is that call.
 
+Logprobs (optional)
+-------------------
+A logits verifier that also returns the log-probability of every token it emits (vLLM's
+sampler output ``logprobs``) says so with an attribute ``verify.logprobs_mode``, vLLM's
+``logprobs_mode`` names: ``"processed_logprobs"`` (or ``"processed"``: the log of the processed
+target law at that position, the law the token's position follows) or ``"raw_logprobs"`` (or
+``"raw"``: ``log_softmax`` of the raw target logits, before any processing). It then returns
+``(out, n_out, logprobs[B,K+1] float)``; entries past ``n_out`` are padding. The emitted token's
+logprob at the rejected position is the target law's there, not the residual's. The simulation
+and the probes take ``(out, n_out)`` (:func:`split_logprobs`); the ``logprobs`` check
+(:mod:`specaudit.checks.logprobs`) checks the third output exactly (vLLM PR #30846: logits
+processed in place, so the "raw" logprobs returned were the processed ones).
+
 The chains themselves (:class:`~specaudit.chains.logits.LogitsChain`) live in
 :mod:`specaudit.chains.logits` and the reference verifier of this contract in
 :mod:`specaudit.verifiers.logits` (``reference-logits``): a contract says what a verifier must do
@@ -57,6 +70,7 @@ and imports no verifier.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -71,6 +85,7 @@ from specaudit.errors import UsageError, closest
 
 __all__ = [
     "CONTRACTS",
+    "LOGPROBS_MODES",
     "LogitsParams",
     "LogitsVerifier",
     "RowParams",
@@ -80,8 +95,11 @@ __all__ = [
     "bind_map",
     "check_arity",
     "history_counts",
+    "logprobs_mode",
+    "logprobs_of",
     "prepare",
     "processed",
+    "split_logprobs",
     "view",
 ]
 
@@ -331,3 +349,50 @@ def _check_contract(contract: str) -> None:
     if contract not in CONTRACTS:
         raise UsageError(f"contract = {contract!r}; allowed: {', '.join(CONTRACTS)}{closest(contract, CONTRACTS)}")
 
+
+#: ``verify.logprobs_mode`` values (vLLM's ``logprobs_mode`` names and short ones) -> what the logprobs are of.
+LOGPROBS_MODES = {"processed_logprobs": "processed", "processed": "processed", "raw_logprobs": "raw", "raw": "raw"}
+_LOGPROBS = "__specaudit_logprobs__"
+
+
+def logprobs_mode(verify: Callable[..., Any]) -> str | None:
+    """Return ``"processed"`` or ``"raw"``, what ``verify``'s logprobs output holds, or None when it returns none.
+
+    Raises UsageError (exit 4) naming the attribute for a value that is not a mode.
+    """
+    mode = getattr(verify, "logprobs_mode", None)
+    if mode is None:
+        return None
+    if not isinstance(mode, str) or mode not in LOGPROBS_MODES:
+        name = getattr(verify, "__qualname__", type(verify).__name__)
+        hint = closest(mode, LOGPROBS_MODES) if isinstance(mode, str) else ""
+        raise UsageError(f"{name}.logprobs_mode = {mode!r}: not a logprobs mode; one of "
+                         f"{', '.join(LOGPROBS_MODES)}{hint} (or no attribute: no logprobs output)")
+    return LOGPROBS_MODES[mode]
+
+
+def split_logprobs(verify: Callable[..., Any]) -> Callable[..., Any]:
+    """Return ``verify`` when it returns no logprobs; else a callable returning its ``(out, n_out)`` alone.
+
+    The callable keeps ``(mode, verify)`` for the ``logprobs`` check (:func:`logprobs_of`) and
+    ``verify``'s signature; a return that is not a triple goes through as it came (the output
+    checks name what is wrong with it).
+    """
+    mode = logprobs_mode(verify)
+    if mode is None:
+        return verify
+
+    @functools.wraps(verify)
+    def call(*args: Any) -> Any:
+        result = verify(*args)
+        if isinstance(result, (tuple, list)) and len(result) == 3:
+            return result[0], result[1]
+        return result
+
+    setattr(call, _LOGPROBS, (mode, verify))
+    return call
+
+
+def logprobs_of(verify: Callable[..., Any]) -> tuple[str, Callable[..., Any]] | None:
+    """Return ``(mode, the verifier returning logprobs)`` behind a :func:`split_logprobs` callable, or None."""
+    return getattr(verify, _LOGPROBS, None)

@@ -26,9 +26,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from specaudit.checks import bad_rows, evaluate, probes, seeded, tree_probes
+from specaudit.checks import bad_rows, evaluate, logprobs, probes, seeded, tree_probes
 from specaudit.checks.statistical import Measured, has_joint_law
 from specaudit.contract.guard import guarded
+from specaudit.contract.logits import logprobs_of
 from specaudit.engine.bench import Bench, Tally
 from specaudit.engine.device import tensor_path
 from specaudit.engine.executors import Progress, Unit, measure_units, shard_blocks
@@ -238,6 +239,8 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
     done = run(verify, spec, task.seed, settings.gate_efficiency, settings.contract)
     if seeded.applies(spec) and done.error is None:  # tag seeded: per-request generators
         done = done.joined(seeded.run_seeded(verify, spec, task.seed, settings.gate_efficiency, settings.contract))
+    if done.error is None:
+        done = done.joined(_logprobs(task, spec, settings))
     result = dataclasses.replace(
         base_result(task.loaded, spec, task.seed),
         checks=done.checks,
@@ -251,6 +254,15 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
         scenario = to_data(spec, exclude_none=True)
         result = dataclasses.replace(result, info={**result.info, "scenario": scenario})
     return result
+
+
+def _logprobs(task: Task, spec: Scenario, settings: RunSettings) -> probes.ExactOutcome:
+    """Run the ``logprobs`` check where the verifier declares a logprobs output (nothing otherwise)."""
+    declared = logprobs_of(task.verify)
+    if declared is None:
+        return probes.ExactOutcome(())
+    mode, verify = declared
+    return logprobs.run_logprobs(guarded(verify, settings.timeout, task.place), mode, spec, task.seed, settings.contract)
 
 
 class Judged(NamedTuple):
@@ -398,6 +410,8 @@ def run_scenarios(
             if seeded.applies(spec) and probe.error is None:  # tag seeded: per-request generators
                 probe = probe.joined(seeded.run_seeded(verifies[i], spec, task.seed, settings.gate_efficiency,
                                                        settings.contract))
+            if probe.error is None:
+                probe = probe.joined(_logprobs(task, spec, settings))
             eval_seconds[i] += time.perf_counter() - t0 - probe.verifier_seconds
         result = dataclasses.replace(
             base_result(task.loaded, spec, task.seed),

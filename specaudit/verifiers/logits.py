@@ -18,13 +18,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from specaudit.chains.processing import CONVENTIONS
+from specaudit.chains.processing import CONVENTIONS, SamplingParams, process
 from specaudit.contract.chain import row_generators
 from specaudit.contract.logits import LogitsParams, processed
 from specaudit.verifiers import reference
 from specaudit.verifiers.reference import where_bad
 
-__all__ = ["engine_order", "in_order", "verify_hf_order", "verify_reference", "verify_sglang_order", "verify_vllm_order"]
+__all__ = ["emitted_logprobs", "engine_order", "in_order", "verify_hf_order", "verify_reference", "verify_reference_logprobs",
+           "verify_reference_raw_logprobs", "verify_sglang_order", "verify_vllm_order"]
 
 
 @row_generators  # rng goes to the chain reference as it came
@@ -92,3 +93,30 @@ def engine_order(convention: str) -> Callable[..., tuple[np.ndarray, np.ndarray]
 verify_hf_order = engine_order("hf")
 verify_vllm_order = engine_order("vllm")
 verify_sglang_order = engine_order("sglang")
+
+
+def emitted_logprobs(out: np.ndarray, n_out: np.ndarray, law: np.ndarray) -> np.ndarray:
+    """Return ``log law[b, j, out[b, j]]`` at every emitted position, NaN past ``n_out`` (the logprobs output)."""
+    emitted = np.arange(out.shape[1])[None, :] < n_out[:, None]
+    with np.errstate(divide="ignore"):
+        picked = np.log(np.take_along_axis(law, np.where(emitted, out, 0)[..., None], axis=2)[..., 0])
+    return np.where(emitted, picked, np.nan)
+
+
+def verify_reference_logprobs(draft, draft_logits, target_logits, num_draft, params, rng):
+    """:func:`verify_reference`, also returning the processed target law's logprob of every emitted token."""
+    out, n_out = verify_reference(draft, draft_logits, target_logits, num_draft, params, rng)
+    _, p = processed(params, draft, np.asarray(num_draft), draft_logits, target_logits)
+    return out, n_out, emitted_logprobs(out, n_out, p)
+
+
+verify_reference_logprobs.logprobs_mode = "processed_logprobs"  # type: ignore[attr-defined]
+
+
+def verify_reference_raw_logprobs(draft, draft_logits, target_logits, num_draft, params, rng):
+    """:func:`verify_reference`, also returning the raw logits' logprob (log_softmax) of every emitted token."""
+    out, n_out = verify_reference(draft, draft_logits, target_logits, num_draft, params, rng)
+    return out, n_out, emitted_logprobs(out, n_out, process(target_logits, SamplingParams()))
+
+
+verify_reference_raw_logprobs.logprobs_mode = "raw_logprobs"  # type: ignore[attr-defined]

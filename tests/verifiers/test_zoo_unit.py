@@ -296,8 +296,10 @@ def test_one_registry_holds_every_zoo():
     from specaudit.laws.processing import HYPOTHESES
 
     serving = {"penalties_without_drafts", "mask_target_only", "bias_draft_only", "batch_params_row0", "greedy_rows_sampled"}
-    # ... nor does the filter-order mutant (its p is another engine's processing, not one wrong quantity)
-    assert {n for n, m in logits_zoo.MUTANTS.items() if m.diverges is None} == serving | {"sglang_speculative_order"}
+    # ... nor does the filter-order mutant (its p is another engine's processing, not one wrong quantity), nor the
+    # logprobs mutant (its tokens are right: the logprobs check finds it)
+    assert {n for n, m in logits_zoo.MUTANTS.items() if m.diverges is None} == serving | {"sglang_speculative_order",
+                                                                                          "logprobs_processed_as_raw"}
     assert {m.contract for m in vocab_zoo.MUTANTS.values()} == {"draft-vocab"} and len(vocab_zoo.MUTANTS) == 2
     assert all(m.diverges in HYPOTHESES for m in logits_zoo.MUTANTS.values() if m.diverges is not None)
     assert {m.algorithm for m in tree_zoo.MUTANTS.values()} == {"tree", "block"}

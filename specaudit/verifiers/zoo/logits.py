@@ -30,7 +30,7 @@ import numpy as np
 from specaudit.chains.processing import SamplingParams, process, process_rows
 from specaudit.contract.logits import LogitsParams, RowParams, history_counts, processed
 from specaudit.verifiers import reference
-from specaudit.verifiers.logits import in_order
+from specaudit.verifiers.logits import in_order, verify_reference_logprobs
 from specaudit.verifiers.zoo import mutant as zoo
 from specaudit.verifiers.zoo.mutant import Mutant, Verifier
 
@@ -168,5 +168,16 @@ def greedy_rows_sampled(draft, draft_logits, target_logits, num_draft, params, r
     return reference.verify(draft, q, p, num_draft, rng)
 
 
+@zoo.register("boundary", "vLLM PR #30846 (logits processed in place: the raw logprobs returned were the processed ones)",
+              contract="logits")
+def logprobs_processed_as_raw(draft, draft_logits, target_logits, num_draft, params, rng):
+    """Declare raw logprobs (logprobs_mode raw_logprobs) but return the processed target law's."""
+    return verify_reference_logprobs(draft, draft_logits, target_logits, num_draft, params, rng)
+
+
+logprobs_processed_as_raw.logprobs_mode = "raw_logprobs"  # type: ignore[attr-defined]
+
+
 #: The logits mutants of the one zoo registry, by name, in definition order.
 MUTANTS: dict[str, Mutant] = zoo.family("logits")
+
