@@ -737,11 +737,12 @@ def _determinism(pr: Prober) -> CheckResult:
                 "inside the call, or np.random.seed / random.seed / torch.manual_seed with a constant)")
         else:
             cause, why = "ignores-draws", "it draws from rng but its output does not depend on the draws (vLLM #6038 class)"
+        call = pr.record("other-seed", (zero, source_of(np.random.default_rng(seeds[0]))))
         return result_of(
             name, CONTRACT, False,
             f"seeds {seeds[0]} and {seeds[1]} gave identical outputs on {pr.probe_rows} zero-draft rows of the scenario's "
             f"target (a lossless sampler agrees with probability {collision:.3g}): {why}",
-            drew=drew, cause=cause,
+            drew=drew, cause=cause, call=call,
         )
     return result_of(name, CONTRACT, True,
                    f"same seed -> identical outputs; another seed -> different outputs (chance of agreeing {collision:.3g})",

@@ -41,6 +41,7 @@ RULES: dict[str, str] = {
     "padding": "what lies past num_draft (draft ids, q rows, p rows after the bonus position) never changes the output",
     "inputs-unmodified": "the verifier never writes into draft, q, p or num_draft",
     "same-seed": "the same inputs and the same rng state give the same output (the verifier draws from rng only)",
+    "other-seed": "another rng seed gives another output (a lossless sampler's tokens come from the rng it is given)",
     "tree-p-positive": "every emitted token (the accepted nodes' tokens and the final token) has p > 0 at its position "
                        "(accept a child iff u < p/q; sample only from p's support)",
     **{f"clause:{cid}": text for cid, text in CLAUSES.items()},
@@ -48,8 +49,12 @@ RULES: dict[str, str] = {
 #: Calls of the same-seed rule (the same inputs, each through a fresh source in the recorded state).
 REPEATS = 32
 #: A same-seed call is kept (recorded, or a shrink step taken) only where a verifier that draws elsewhere, if lossless,
-#: repeats its output REPEATS times with at most this chance (:func:`agree_chance`): the repro fails reliably.
+#: repeats its output REPEATS times with at most this chance (:func:`agree_chance`): the repro fails reliably. An
+#: other-seed call likewise: a lossless verifier's REPEATS calls through seeds 0..REPEATS-1 all agree with at most
+#: this chance, so its repro passes on a correct verifier but that often.
 AGREE_CHANCE = 1e-6
+#: The rules replayed through REPEATS calls, kept only where :func:`agree_chance` is at most AGREE_CHANCE.
+REPEATED_RULES = ("same-seed", "other-seed")
 #: The rules a tree-contract call is judged by.
 TREE_RULES = ("tree-p-positive",)
 #: Kinds of random source a call can be replayed through.
@@ -235,7 +240,7 @@ def violation(rule: str, call: Call, result: Any) -> Violation | None:
         if rule == f"clause:{exc.clause}":
             return Violation(0, CLAUSES[exc.clause], exc.detail)
         return None  # another failure than the one being replayed
-    if rule.startswith("clause:") or rule in ("padding", "inputs-unmodified", "same-seed"):
+    if rule.startswith("clause:") or rule in ("padding", "inputs-unmodified", *REPEATED_RULES):
         return None  # replayed by :func:`replay` itself (more than one call, or the inputs after the call)
     k = call.draft.shape[1]
     emitted = _emitted(n_out, k + 1)
@@ -366,8 +371,8 @@ def agree_chance(call: Call) -> float:
 
 
 def admissible(call: Call) -> bool:
-    """Return whether ``call`` shows its rule reliably (the same-seed rule: :data:`AGREE_CHANCE`; others: always)."""
-    return call.rule != "same-seed" or agree_chance(call) <= AGREE_CHANCE
+    """Return whether ``call`` shows its rule reliably (the repeated rules: :data:`AGREE_CHANCE`; others: always)."""
+    return call.rule not in REPEATED_RULES or agree_chance(call) <= AGREE_CHANCE
 
 
 def _same_seed(verify: Callable[..., Any], call: Call) -> Violation | None:
@@ -387,6 +392,31 @@ def _same_seed(verify: Callable[..., Any], call: Call) -> Violation | None:
             return Violation(b, f"every call repeats the first call's output {first[0][b, : first[1][b]].tolist()}",
                              f"call {i} gave {found[0][b, : found[1][b]].tolist()}")
     return None
+
+
+def other_seeds(call: Call) -> list[np.random.Generator]:
+    """Return the REPEATS sources of an other-seed replay: the recorded one, then seeds 1 .. REPEATS - 1."""
+    return [make_rng(call.source)] + [np.random.default_rng(seed) for seed in range(1, REPEATS)]
+
+
+def _other_seed(verify: Callable[..., Any], call: Call) -> Violation | None:
+    """Call through REPEATS different sources; a violation when every output is the first one (named by the row
+    least likely to repeat under a lossless verifier)."""
+    first: tuple[np.ndarray, np.ndarray] | None = None
+    for rng in other_seeds(call):
+        found = _outputs(verify(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(), rng), call)
+        if found is None:
+            return None
+        if first is None:
+            first = found
+        elif (found[0] != first[0]).any() or (found[1] != first[1]).any():
+            return None  # the output moved with the seed
+    if first is None:
+        return None
+    rows = np.clip(call.p[:, 0], 0.0, 1.0) if call.p.shape[1] else np.ones((call.p.shape[0], 1))
+    b = int(np.argmin(np.sum(rows**REPEATS, axis=-1)))
+    return Violation(b, "another seed moves the output (a lossless sampler draws from rng)",
+                     f"all {REPEATS} seeds gave {first[0][b, : first[1][b]].tolist()}")
 
 
 def recorded(verify: Callable[..., Any], whole: Call, max_floats: int) -> dict[str, Any] | None:
@@ -414,6 +444,8 @@ def replay(verify: Callable[..., Any], call: Call) -> Violation | None:
             return _padding(verify, call)
         if call.rule == "same-seed":
             return _same_seed(verify, call)
+        if call.rule == "other-seed":
+            return _other_seed(verify, call)
         given = call.arguments()
         result = verify(*given, make_rng(call.source))
     except Exception:  # noqa: BLE001 - a crash is another finding than the one being replayed

@@ -349,6 +349,16 @@ _BODIES = {
         first = got if first is None else first
         assert got == first, (
             f"expected call {{i}} to repeat the first call's output {{first}} (same inputs, same rng state), got {{got}}: {{RULE}}")''',
+    "other-seed": '''\
+    # A lossless verifier's tokens come from the rng it is given: {repeats} calls through the recorded source and seeds
+    # 1 .. {last} all give the same output on these rows with chance <= {chance:.2g} (sum over tokens of p[b, 0] ** {repeats},
+    # times over rows).
+    outputs = []
+    for rng in [make_rng()] + [np.random.default_rng(seed) for seed in range(1, {repeats})]:
+        out, n_out = (np.asarray(x) for x in verify(DRAFT.copy(), Q.copy(), P.copy(), NUM_DRAFT.copy(), rng))
+        outputs.append([row[:n].tolist() for row, n in zip(out, n_out)])
+    assert any(got != outputs[0] for got in outputs[1:]), (
+        f"expected another seed to give another output, got {{outputs[0]}} from all {repeats} seeds: {{RULE}}")''',
     "inputs-unmodified": '''\
     given = {{"draft": DRAFT.copy(), "q": Q.copy(), "p": P.copy(), "num_draft": NUM_DRAFT.copy()}}
     verify(given["draft"], given["q"], given["p"], given["num_draft"], make_rng())
@@ -420,7 +430,7 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any], data
     else:
         source = _PCG64.format(state=repr(dict(call.source["state"])))
     if rule in _BODIES:
-        body = _BODIES[rule].format(repeats=REPEATS, chance=agree_chance(call))
+        body = _BODIES[rule].format(repeats=REPEATS, last=REPEATS - 1, chance=agree_chance(call))
     else:
         body = _ONE_CALL + (_CLAUSE_CHECK.format(clause=rule.split(":", 1)[1]) if rule.startswith("clause:")
                             else _CHECKS[rule])

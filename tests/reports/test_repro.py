@@ -205,3 +205,34 @@ def test_a_results_file_of_another_schema_version_is_a_usage_error_and_nothing_i
     assert got.exit_code == ExitCode.USAGE_ERROR, got.output
     assert "schema_version 99" in got.output, got.output
     assert not (tmp_path / "repro").exists()
+
+
+def test_a_verifier_whose_output_ignores_the_seed_gets_an_other_seed_repro(tmp_path):
+    # determinism's second clause (another seed -> another output) failed by a verifier that restarts a constant
+    # seed on every call: the repro calls through 32 seeds; it fails on that verifier, passes on the reference
+    broken = Path(__file__).resolve().parents[1] / "verifiers" / "exact_broken.py"
+    _run(f"{broken}:fixed_seed", tmp_path / "r.json")
+    got = CliRunner().invoke(main, ["repro", str(tmp_path / "r.json"), "-o", str(tmp_path / "repro")])
+    assert got.exit_code == ExitCode.OK and "corners / determinism, shrunk from 64 row(s)" in got.output, got.output
+    path = tmp_path / "repro" / "test_repro_corners_determinism.py"
+    text = path.read_text()
+    assert "another rng seed gives another output" in text and "np.random.default_rng(seed) for seed in range(1, 32)" in text
+    assert "DRAFT = np.array([[]], dtype=np.int64).reshape((1, 0))" in text  # shrunk to one row, no drafts
+    bad = _pytest([path], None, tmp_path / "bad.xml")
+    assert bad.returncode == 1 and "expected another seed to give another output" in bad.stdout, bad.stdout[-2000:]
+    good = _pytest([path], REFERENCE, tmp_path / "good.xml")
+    assert good.returncode == 0, good.stdout[-2000:]
+
+
+def test_the_other_seed_replay_sees_a_constant_output_only():
+    import numpy as np
+
+    from specaudit.checks.replay import Call, replay, source_of
+    from specaudit.verifiers.reference import verify
+
+    p = np.full((4, 1, 3), 1 / 3)
+    call = Call(np.zeros((4, 0), dtype=np.int64), np.zeros((4, 0, 3)), p, np.zeros(4, dtype=np.int64),
+                source_of(np.random.default_rng(5)), "other-seed")
+    assert replay(verify, call) is None  # the reference's output moves with the seed
+    found = replay(lambda d, q, pp, n, rng: verify(d, q, pp, n, np.random.default_rng(0)), call)
+    assert found is not None and "all 32 seeds gave" in found.got
