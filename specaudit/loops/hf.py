@@ -96,6 +96,11 @@ class Setup:
     target_seed: int = 1
     assistant_seed: int = 2
     greedy_prompts: int = 16  # random prompts of the greedy check, besides ``prompt``
+    # history-dependent processing (HF's own processors, over prompt + the tokens emitted so far; None: off)
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    min_new_tokens: int | None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> UsageError:
@@ -121,6 +126,15 @@ class Setup:
             raise bad("top_p", "None or 0 < top_p <= 1")
         if self.greedy_prompts < 0:
             raise bad("greedy_prompts", "an integer >= 0")
+        if self.repetition_penalty is not None and not (self.repetition_penalty > 0 and math.isfinite(self.repetition_penalty)):
+            raise bad("repetition_penalty", "None or a finite number > 0")
+        if self.no_repeat_ngram_size is not None and self.no_repeat_ngram_size < 1:
+            raise bad("no_repeat_ngram_size", "None or an integer >= 1")
+        if self.min_new_tokens is not None and not 0 <= self.min_new_tokens <= self.length:
+            raise bad("min_new_tokens", f"None or 0 .. length ({self.length})")
+        if self.bad_words_ids is not None and (not self.bad_words_ids or any(
+                not word or any(not 0 <= t < self.vocab for t in word) for word in self.bad_words_ids)):
+            raise bad("bad_words_ids", f"None or non-empty sequences of tokens 0 .. {self.vocab - 1}")
 
     @property
     def cells(self) -> int:
@@ -129,8 +143,16 @@ class Setup:
 
     def describe(self) -> str:
         """Return the setup in one line, for reports."""
+        history = "".join(f" {name}={value!r}" for name, value in self.history_processing().items())
         return (f"V={self.vocab} L={self.length} prompt={list(self.prompt)} eos={self.eos} "
-                f"temperature={self.temperature} top_k={self.top_k} top_p={self.top_p}")
+                f"temperature={self.temperature} top_k={self.top_k} top_p={self.top_p}{history}")
+
+    def history_processing(self) -> dict[str, Any]:
+        """Return the history-dependent processing that is on, as GenerationConfig arguments."""
+        given = {"repetition_penalty": self.repetition_penalty, "no_repeat_ngram_size": self.no_repeat_ngram_size,
+                 "min_new_tokens": self.min_new_tokens,
+                 "bad_words_ids": None if self.bad_words_ids is None else [list(w) for w in self.bad_words_ids]}
+        return {k: v for k, v in given.items() if v is not None}
 
 
 # -- the models and HF's own processing -------------------------------------------------------
@@ -168,7 +190,7 @@ def generation_config(setup: Setup, sample: bool) -> Any:
 
     warp = {"temperature": setup.temperature, "top_k": setup.top_k, "top_p": setup.top_p} if sample else {}
     return GenerationConfig(do_sample=sample, max_new_tokens=setup.length, eos_token_id=setup.eos,
-                            pad_token_id=setup.eos, **warp)
+                            pad_token_id=setup.eos, **warp, **setup.history_processing())
 
 
 def processors(model: Any, setup: Setup) -> Any:
@@ -177,6 +199,7 @@ def processors(model: Any, setup: Setup) -> Any:
 
     prompt = torch.tensor([setup.prompt])
     prepared, _ = model._prepare_generation_config(generation_config(setup, True))
+    model._prepare_special_tokens(prepared, True, device=prompt.device)  # the EOS tensor min_new_tokens masks (utils.py)
     return model._get_logits_processor(generation_config=prepared, input_ids_seq_length=prompt.shape[1],
                                        encoder_input_ids=prompt, logits_processor=None, device=prompt.device,
                                        model_kwargs={})
@@ -417,6 +440,15 @@ CONFIGS: dict[str, Config] = {c.name: c for c in (
            dataclasses.replace(_BASE, length=1)),
     Config("max-new-tokens-4", "max_new_tokens 4: the block cut at max_length",
            dataclasses.replace(_BASE, length=4)),
+    # history-dependent processing: the verified positions' scores depend on the drafts before them in the block
+    Config("repetition-penalty", "repetition_penalty 2.0 over prompt and emitted tokens (4 new tokens)",
+           dataclasses.replace(_BASE, length=4, repetition_penalty=2.0)),
+    Config("no-repeat-ngram", "no_repeat_ngram_size 2: no bigram twice in prompt + continuation (4 new tokens)",
+           dataclasses.replace(_BASE, length=4, top_k=None, no_repeat_ngram_size=2)),
+    Config("min-new-tokens", "min_new_tokens 3: EOS masked for the first 3 tokens (V=4, EOS likely, 5 new tokens)",
+           dataclasses.replace(_BASE, vocab=4, eos=3, prompt=(1, 2), length=5, top_k=None, min_new_tokens=3)),
+    Config("bad-words", "bad_words_ids [[3, 3], [4, 1]]: 3 banned after 3, 1 after 4 (4 new tokens)",
+           dataclasses.replace(_BASE, length=4, top_k=None, bad_words_ids=((3, 3), (4, 1)))),
 )}
 
 

@@ -157,3 +157,77 @@ def test_repro_is_refused_with_the_loop_audit_and_nothing_is_written(tmp_path):
     assert out.exit_code == 4, out.output
     assert "--repro: not available with hf-generate" in out.output
     assert not (tmp_path / "repros").exists()
+
+
+
+
+def _emitted(setup: hf.Setup, cell: tuple[int, ...]) -> tuple[int, ...]:
+    """Return the tokens of an EOS-padded cell up to and including its first EOS."""
+    return cell[: cell.index(setup.eos) + 1] if setup.eos in cell else cell
+
+
+def _mass(setup: hf.Setup, rule) -> float:
+    """Return the exact law's mass on the continuations whose prompt + emitted tokens ``rule`` holds for."""
+    shaped = hf.exact_law(setup).reshape((setup.vocab,) * setup.length)
+    return float(sum(shaped[c] for c in np.ndindex(shaped.shape) if rule(setup.prompt + _emitted(setup, c))))
+
+
+def _pairs(tokens: tuple[int, ...]) -> list[tuple[int, int]]:
+    return list(zip(tokens, tokens[1:]))
+
+
+FORBIDDEN = {  # configuration: (the processor switched off, what it forbids in prompt + emitted tokens)
+    "no-repeat-ngram": ({"no_repeat_ngram_size": None}, lambda t: len(set(_pairs(t))) < len(_pairs(t))),
+    "min-new-tokens": ({"min_new_tokens": None}, lambda t: t[-1] == 3 and len(t) - 2 <= 3),  # EOS 3, prompt (1, 2)
+    "bad-words": ({"bad_words_ids": None}, lambda t: any(pair in ((3, 3), (4, 1)) for pair in _pairs(t))),
+}
+
+
+@pytest.mark.parametrize("name", list(FORBIDDEN))
+def test_the_history_configurations_enumerate_hfs_own_history_processors(name):
+    # the exact law is HF's processors over prompt + the tokens emitted so far: what they forbid has mass 0
+    # (negative control: the same setup without the processor puts mass there)
+    import dataclasses
+
+    off, forbidden = FORBIDDEN[name]
+    setup = hf.CONFIGS[name].setup
+    assert _mass(setup, forbidden) == 0.0
+    assert _mass(dataclasses.replace(setup, **off), forbidden) > 0.01
+
+
+def test_the_repetition_penalty_configuration_moves_the_law():
+    import dataclasses
+
+    pen = hf.CONFIGS["repetition-penalty"].setup
+    assert np.abs(hf.exact_law(pen) - hf.exact_law(dataclasses.replace(pen, repetition_penalty=None))).sum() > 0.05
+
+
+def test_a_history_configuration_passes_the_release_and_fails_the_block_start_mutant():
+    # transformers 5.25.0 processes position cur_len + i with candidate_input_ids[:, :cur_len + i]; the mutant uses
+    # the block's start for every position (vLLM PR #44297, SGLang PR #33643): EOS accepted inside the first 3 tokens
+    from specaudit.engine.run import apply_holm
+
+    config = hf.CONFIGS["min-new-tokens"]
+    good, bad = (hf.measure(config, 200, 5, mutant=m) for m in (None, "target-scores-block-start"))
+    good, bad = apply_holm([good, bad], 1e-3)
+    assert good.status is Status.PASSED, good.checks[0].summary
+    assert bad.status is Status.FAILED and "continuations of target probability 0 were emitted" in bad.checks[0].summary
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("repetition_penalty", 0.0, "None or a finite number > 0"),
+    ("no_repeat_ngram_size", 0, "None or an integer >= 1"),
+    ("min_new_tokens", 9, "None or 0 .. length (3)"),
+    ("bad_words_ids", ((7,),), "None or non-empty sequences of tokens 0 .. 5"),
+    ("bad_words_ids", ((),), "None or non-empty sequences of tokens 0 .. 5"),
+])
+def test_bad_history_processing_is_a_usage_error_naming_the_field(field, value, says):
+    with pytest.raises(UsageError, match=rf"hf-generate: {field} = .*; allowed: {says.replace('(', '[(]').replace(')', '[)]')}"):
+        hf.Setup(**{field: value})
+
+
+def test_every_loop_mutant_names_configurations_it_must_fail():
+    from specaudit.loops import hf_mutants
+
+    assert set(hf_mutants.CAUGHT_ON) == set(hf_mutants.MUTANTS.names())
+    assert all(name in hf.CONFIGS for names in hf_mutants.CAUGHT_ON.values() for name in names)
