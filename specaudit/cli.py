@@ -823,19 +823,25 @@ def report(
 @click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False), default="repro", show_default=True,
               help="Folder for the test_repro_<scenario>_<check>.py files (created; files of the same name replaced).")
 def repro(results: str, out_dir: str) -> None:
-    """Write each failed exact finding of RESULTS.json as a minimal pytest file (numpy and the target only).
+    """Write each failed finding of RESULTS.json as a pytest file: exact ones minimal (numpy and the target only).
 
     Each failing call is shrunk against the run's target first (one row, fewest drafts, smallest
-    vocabulary, short decimals). Exits 0 with "nothing to reproduce" when no failed check
-    recorded a call, 4 when the file cannot be read or the target no longer imports.
+    vocabulary, short decimals). A scenario whose statistical checks failed gets one file that
+    re-runs it inline through ``specaudit.assert_lossless`` at the N with power 0.99 against the
+    law the run observed. Exits 0 with "nothing to reproduce" when no check failed that way, 4 when
+    the file cannot be read or the target no longer imports.
     """
+    from specaudit.reports import repro_scenario
     from specaudit.reports.format import visible
-    from specaudit.reports.repro import build, findings, write_all
+    from specaudit.reports.repro import TARGET_VARIABLE, build, findings, resolve_target, write_all
     from specaudit.results import document
 
     doc = document.read_document(results)
     found, without = findings(doc, str(results))
-    if not found:
+    statistical = repro_scenario.findings(doc)
+    covered = {f"{s['name']} / {c}" for s, checks in statistical for c in checks}
+    without = [name for name in without if name not in covered]
+    if not found and not statistical:
         extra = f" ({len(without)} failed check(s) recorded no replayable call: {', '.join(without[:5])})" if without else ""
         click.echo(f"specaudit: nothing to reproduce in {visible(results)}{extra}")
         sys.exit(int(ExitCode.OK))
@@ -844,17 +850,22 @@ def repro(results: str, out_dir: str) -> None:
         raise UsageError(f"{results}: the run went through adapter {settings.get('adapter')!r} / contract "
                          f"{settings.get('contract', 'probs')!r}; repro writes files for the canonical contract "
                          "(--contract probs, no --adapter) only")
-    repros, gone = build(doc, found, str(doc.get("target", "")))
-    written = write_all(repros, out_dir) if repros else []
+    target = str(doc.get("target", ""))
+    repros, gone = build(doc, found, target) if found else ([], [])
+    scenarios = repro_scenario.build(doc, statistical, resolve_target(target), TARGET_VARIABLE) if statistical else []
+    written = write_all([*repros, *scenarios], out_dir) if repros or scenarios else []
     for r in repros:
         b0, k0, v0 = r.shrunk.before
         b1, k1, v1 = r.shrunk.after
         click.echo(f"wrote {visible(Path(out_dir) / r.name)}: {r.finding.scenario} / {r.finding.check}, shrunk from "
                    f"{b0} row(s), K = {k0}, V = {v0} to {b1} row(s), K = {k1}, V = {v1}")
+    for sr in scenarios:
+        click.echo(f"wrote {visible(Path(out_dir) / sr.name)}: {sr.scenario} / {', '.join(sr.checks)}, the scenario "
+                   f"re-run at N = {sr.samples:,} (power 0.99 against the observed law)")
     for name in gone:
         click.echo(f"{name}: the recorded call no longer fails on {doc.get('target')}: not written")
     for name in without:
-        click.echo(f"{name}: no replayable call recorded (a statistical or multi-call finding): not written")
+        click.echo(f"{name}: no replayable call recorded (a multi-call finding): not written")
     if not written:
         click.echo("specaudit: nothing to reproduce (no recorded call fails on the target any more)")
     sys.exit(int(ExitCode.OK))

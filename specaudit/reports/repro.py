@@ -29,6 +29,8 @@ from specaudit.analysis.shrink import Shrunk, shrink
 from specaudit.checks.replay import REPEATS, RULES, Call, agree_chance, make_rng
 from specaudit.contract.targets import import_string, load_target
 from specaudit.errors import ResultsFileError
+from specaudit.reports import repro_scenario
+from specaudit.reports.repro_scenario import ScenarioRepro
 
 __all__ = ["INLINE_NUMBERS", "Finding", "Repro", "build", "data_file", "findings", "inputs_of", "render", "resolve_target",
            "write_all"]
@@ -446,7 +448,7 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any], data
     )
 
 
-def write_all(repros: Sequence[Repro], out_dir: str | Path) -> list[Path]:
+def write_all(repros: Sequence[Repro | ScenarioRepro], out_dir: str | Path) -> list[Path]:
     """Write every repro into ``out_dir``: rendered into a temporary folder beside it, then moved in (nothing half-written)."""
     out = Path(out_dir)
     if out.is_dir():  # staged inside it, then moved in file by file
@@ -460,7 +462,7 @@ def write_all(repros: Sequence[Repro], out_dir: str | Path) -> list[Path]:
         for r in repros:
             (staging / r.name).write_text(r.text, encoding="utf-8")
             names.append(r.name)
-            if r.data_name is not None:
+            if isinstance(r, Repro) and r.data_name is not None:
                 with open(staging / r.data_name, "wb") as fh:
                     arrays: dict[str, Any] = {k.lower(): v for k, v in inputs_of(r.shrunk.call).items()}
                     np.savez(fh, **arrays)
@@ -486,21 +488,25 @@ def for_run(doc: Mapping[str, Any], out_dir: str | Path) -> tuple[dict[str, list
     from specaudit.errors import SpecauditError
 
     found, without = findings(doc)
-    lines = [f"--repro: {name}: no replayable call recorded (a statistical or multi-call finding): not written"
-             for name in without]
-    if not found:
+    statistical = repro_scenario.findings(doc)
+    covered = {f"{s['name']} / {c}" for s, checks in statistical for c in checks}
+    lines = [f"--repro: {name}: no replayable call recorded (a multi-call finding): not written"
+             for name in without if name not in covered]
+    if not found and not statistical:
         return {}, lines
     settings = doc.get("settings") or {}
     if settings.get("adapter") or settings.get("contract", "probs") != "probs":
         return {}, lines + [f"--repro: the run went through adapter {settings.get('adapter')!r} / contract "
                             f"{settings.get('contract', 'probs')!r}; repro files are written for the canonical "
                             "contract only: none written"]
+    target = str(doc.get("target", ""))
     try:
-        repros, gone = build(doc, found, str(doc.get("target", "")))
+        repros, gone = build(doc, found, target) if found else ([], [])
+        scenarios = repro_scenario.build(doc, statistical, resolve_target(target), TARGET_VARIABLE) if statistical else []
     except SpecauditError as exc:
         return {}, lines + [f"--repro: none written: {exc}"]
     try:
-        written = write_all(repros, out_dir) if repros else []
+        written = write_all([*repros, *scenarios], out_dir) if repros or scenarios else []
     except OSError as exc:  # probed before the run; the disk may still fill or the folder go away since
         return {}, lines + [f"--repro: none written: cannot write into {out_dir} ({exc.strerror or exc})"]
     per: dict[str, list[dict[str, str]]] = {}
@@ -508,5 +514,8 @@ def for_run(doc: Mapping[str, Any], out_dir: str | Path) -> tuple[dict[str, list
         per.setdefault(r.finding.scenario, []).append({"name": r.name, "check": r.finding.check})
         lines.append(f"wrote {path}: repro of {r.finding.scenario} / {r.finding.check} "
                      f"({_shape_text(r.shrunk.after, r.shrunk.call.tree)})")
+    for sr, path in zip(scenarios, written[len(repros):]):
+        per.setdefault(sr.scenario, []).append({"name": sr.name, "check": ", ".join(sr.checks)})
+        lines.append(f"wrote {path}: statistical repro of {sr.scenario} / {', '.join(sr.checks)} (N = {sr.samples:,})")
     lines += [f"--repro: {name}: the recorded call no longer fails on the target: not written" for name in gone]
     return per, lines
