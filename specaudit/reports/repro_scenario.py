@@ -79,8 +79,16 @@ def _planned(result: Mapping[str, Any], tests: int) -> tuple[int, str]:
     data = (joint or {}).get("data") or {}
     run_n = int(result.get("samples") or data.get("n") or 0)
     if joint is not None and joint.get("status") == "failed" and data.get("observed") and data.get("expected"):
-        observed, expected = np.asarray(data["observed"], float), np.asarray(data["expected"], float)
+        try:
+            observed, expected = np.asarray(data["observed"], float), np.asarray(data["expected"], float)
+        except (TypeError, ValueError):
+            raise ResultsFileError(f"scenario {result['name']!r}: its joint-law counts are not numbers") from None
         n = observed.sum()
+        if (observed.shape != expected.shape or observed.ndim != 1 or not np.all(np.isfinite(observed))
+                or not np.all(np.isfinite(expected)) or (observed < 0).any() or (expected < 0).any()
+                or n <= 0 or expected.sum() <= 0):
+            raise ResultsFileError(f"scenario {result['name']!r}: its joint-law observed and expected counts are not "
+                                   "two lists of non-negative counts of one length")
         level = ALPHA / max(tests, 1)
         needed = samples_for_law(observed / n, expected / expected.sum(), level, TARGET_POWER, law_samples=int(n))
         if needed is not None and needed <= MAX_SAMPLES:

@@ -79,3 +79,19 @@ def test_a_scenario_changed_or_gone_since_the_run_is_a_usage_error_and_nothing_i
     assert got.exit_code == ExitCode.USAGE_ERROR, got.output
     assert ("has changed since the run" if change == "changed" else "is gone and it is not a shipped scenario") in got.output
     assert not (tmp_path / "repro").exists()
+
+
+@pytest.mark.parametrize("counts", [{"observed": ["a", "b"]}, {"observed": [1.0, -2.0]}, {"expected": [1.0]},
+                                    {"observed": ["nan", 1.0]}])
+def test_malformed_joint_law_counts_are_a_usage_error(found, tmp_path, counts):
+    _, results, _ = found
+    doc = json.loads(results.read_text())
+    scenario = next(s for s in doc["scenarios"] if s["name"] == "markov-v4")
+    joint = next(c for c in scenario["checks"] if c["name"] == "joint-law")
+    joint["data"] = {**joint["data"], "observed": [3.0, 1.0], "expected": [2.0, 2.0], **counts}
+    doc["scenarios"] = [scenario]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    got = CliRunner().invoke(main, ["repro", str(edited), "-o", str(tmp_path / "repro")])
+    assert got.exit_code == ExitCode.USAGE_ERROR, got.output
+    assert "joint-law" in got.output and not (tmp_path / "repro").exists()
