@@ -334,6 +334,42 @@ def _cell(index: int, setup: Setup) -> list[int]:
     return [int(x) for x in np.unravel_index(index, (setup.vocab,) * setup.length)]
 
 
+#: Level (Bonferroni over the prefixes tested) at which a prefix's next-token law is reported as the first divergence.
+DIVERGENCE_LEVEL = 1e-3
+
+
+def first_divergence(counts: np.ndarray, probs: np.ndarray, setup: Setup) -> dict[str, Any] | None:
+    """Return where the emitted continuations first depart from the exact law: the shortest prefix whose
+    next-token counts fail a goodness-of-fit test against the target's law after it (Bonferroni over every
+    prefix tested, at :data:`DIVERGENCE_LEVEL`), or None.
+
+    A report, not a test of its own: it names the position, the prefix, the expected law and what was
+    emitted there, so a failed joint law reads as a trajectory (issue 35 item 5).
+    """
+    shape = (setup.vocab,) * setup.length
+    observed, law = np.asarray(counts, float).reshape(shape), np.asarray(probs, float).reshape(shape)
+    tests: list[tuple[int, tuple[int, ...], np.ndarray, np.ndarray, float]] = []
+    for t in range(setup.length):
+        o_t = observed.sum(axis=tuple(range(t + 1, setup.length)))  # counts of prefixes of length t + 1
+        p_t = law.sum(axis=tuple(range(t + 1, setup.length)))
+        for prefix in np.ndindex(*shape[:t]):
+            if setup.eos in prefix:  # after EOS the continuation is padding, not drawn
+                continue
+            o, p = o_t[prefix], p_t[prefix]
+            if o.sum() < 1 or p.sum() <= 0:
+                continue
+            fit = gof.goodness_of_fit(o, p / p.sum())
+            tests.append((t, tuple(int(x) for x in prefix), o, p / p.sum(), fit.pvalue))
+    level = DIVERGENCE_LEVEL / max(len(tests), 1)
+    hits = [x for x in tests if x[4] <= level]
+    if not hits:
+        return None
+    t, prefix, o, p, pvalue = min(hits, key=lambda x: (x[0], x[4]))
+    return {"position": t, "prefix": list(prefix), "pvalue": float(pvalue), "level": level, "n": int(o.sum()),
+            "expected": {int(x): round(float(p[x]), 4) for x in np.flatnonzero(p > 0)},
+            "observed": {int(x): round(float(o[x] / o.sum()), 4) for x in np.flatnonzero(o > 0)}}
+
+
 def joint_law(draws: Draws, probs: np.ndarray, setup: Setup, alpha: float | None, method: str = "pearson") -> CheckResult:
     """Test the emitted continuations against the exact law (:func:`specaudit.stats.goodness_of_fit`).
 
@@ -354,6 +390,10 @@ def joint_law(draws: Draws, probs: np.ndarray, setup: Setup, alpha: float | None
                       for i in top if draws.counts[i] or expected[i]],
     }
     summary = f"{'G' if method == 'g' else 'X^2'} = {fit.statistic:.1f} on {fit.df} df, TV = {fit.tv:.4f} (null ~{fit.tv_null:.4f})"
+    data["first_divergence"] = where = first_divergence(draws.counts, probs, setup)
+    if where is not None:
+        summary += (f"; first divergence at new token {where['position'] + 1}, after {where['prefix']} "
+                    f"({where['n']} continuations): expected {where['expected']}, emitted {where['observed']}")
     failed = alpha is not None and fit.pvalue < alpha
     if fit.impossible:
         summary = f"{fit.impossible} continuations of target probability 0 were emitted; " + summary

@@ -212,6 +212,12 @@ def test_a_history_configuration_passes_the_release_and_fails_the_block_start_mu
     good, bad = apply_holm([good, bad], 1e-3)
     assert good.status is Status.PASSED, good.checks[0].summary
     assert bad.status is Status.FAILED and "continuations of target probability 0 were emitted" in bad.checks[0].summary
+    # the trajectory: the block's first position has its true history, so the first divergence comes later, where
+    # EOS is no longer masked by the true history but still is by the block start's
+    assert good.checks[0].data["first_divergence"] is None
+    where = bad.checks[0].data["first_divergence"]
+    assert where["position"] >= 1 and where["pvalue"] <= where["level"], where
+    assert "first divergence at new token" in bad.checks[0].summary and where["expected"] != where["observed"]
 
 
 @pytest.mark.parametrize(("field", "value", "says"), [
@@ -231,3 +237,23 @@ def test_every_loop_mutant_names_configurations_it_must_fail():
 
     assert set(hf_mutants.CAUGHT_ON) == set(hf_mutants.MUTANTS.names())
     assert all(name in hf.CONFIGS for names in hf_mutants.CAUGHT_ON.values() for name in names)
+
+
+def test_the_first_divergence_is_the_shortest_departing_prefix_and_none_on_the_law_itself():
+    # exact counts proportional to the law: nothing departs; the same counts with one prefix's next tokens swapped
+    # depart there first
+    setup = hf.Setup(vocab=3, eos=2, prompt=(0,), length=3, top_k=None, top_p=None)
+    law = np.full(27, 0.0)
+    shaped = law.reshape(3, 3, 3)
+    for cell in np.ndindex(3, 3, 3):
+        if 2 in cell and any(x != 2 for x in cell[cell.index(2):]):
+            continue  # not EOS-padded
+        shaped[cell] = 1.0
+    law /= law.sum()
+    counts = np.round(law * 90_000)
+    assert hf.first_divergence(counts, law, setup) is None
+    moved = counts.reshape(3, 3, 3).copy()
+    moved[1, 0], moved[1, 1] = moved[1, 1].copy() * 0, moved[1, 1] + moved[1, 0]  # after [1], token 0 never follows
+    where = hf.first_divergence(moved.ravel(), law, setup)
+    assert where is not None and where["position"] == 1 and where["prefix"] == [1] and 0 not in where["observed"]
+
