@@ -3,7 +3,7 @@
 The reference verifier on the default suite, through the CLI as a user runs it (supervised), at
 ``--samples 2000 --seed 7``: the JSON must equal ``stored/reference-default.json`` byte for byte
 once the fields that measure time or the machine are dropped (any key ending in ``seconds``,
-``started``, ``environment``, the tool's ``version``) and the checkout's folder is written ``<repo>``. A restructuring of the engine (the run's data
+``started``, ``environment``, the tool's ``version``) and a shipped scenario's folder written ``<repo>/scenarios``. A restructuring of the engine (the run's data
 flowing one way, run -> scenario -> blocks -> tallies -> checks -> result) must keep it. The numpy
 simulator (``SPECAUDIT_NO_KERNELS=1``) gives the same file as the C kernels (checked 2026-12-07).
 
@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 
-import specaudit
-
 STORED = Path(__file__).parent / "stored" / "reference-default.json"
 LIBRARIES = STORED.with_name("reference-default.libraries.json")
 ARGS = ["specaudit.verifiers.reference:verify", "--samples", "2000", "--seed", "7"]
@@ -35,20 +33,21 @@ ARGS = ["specaudit.verifiers.reference:verify", "--samples", "2000", "--seed", "
 DROPPED = ("started", "environment", "version")
 
 
-#: The checkout the run read its shipped scenarios from (the installed package's): written as ``<repo>``, so a
-#: clone elsewhere gives the same file.
-REPO = str(Path(specaudit.__file__).resolve().parents[1])
-
-
 def normalised(doc: Any) -> Any:
-    """Return ``doc`` without the fields that measure time or the machine, the checkout's folder as ``<repo>``."""
+    """Return ``doc`` without the fields that measure time or the machine; a shipped scenario's path as
+    ``<repo>/scenarios/NAME.yaml`` (whichever checkout the installed package reads them from)."""
     if isinstance(doc, dict):
-        return {k: normalised(v) for k, v in doc.items() if not k.endswith("seconds") and k not in DROPPED}
+        return {k: (_shipped(v) if k == "path" else normalised(v)) for k, v in doc.items()
+                if not k.endswith("seconds") and k not in DROPPED}
     if isinstance(doc, list):
         return [normalised(v) for v in doc]
-    if isinstance(doc, str):
-        return doc.replace(REPO, "<repo>")
     return doc
+
+
+def _shipped(path: Any) -> Any:
+    if isinstance(path, str) and Path(path).parent.name == "scenarios":
+        return f"<repo>/scenarios/{Path(path).name}"
+    return path
 
 
 def text(doc: Any) -> str:
