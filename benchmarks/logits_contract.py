@@ -14,7 +14,7 @@ import time
 
 import specaudit
 from specaudit.checks import processing as mismatch
-from specaudit.engine.run import measure
+from specaudit.engine.scenario import measure
 from specaudit.scenarios.catalogue import resolve
 from specaudit.verifiers import reference
 

@@ -31,7 +31,7 @@ from scipy import stats as sps
 
 from specaudit.engine import null_draws as nd
 from specaudit.engine import selftest as st
-from specaudit.engine.run import resolve_scenarios
+from specaudit.engine.tasks import resolve_scenarios
 
 READERS: dict[str, nd.Reader] = {
     "exact": nd.exact_reader,

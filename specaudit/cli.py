@@ -875,7 +875,7 @@ def repro(results: str, out_dir: str) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 def validate(paths: tuple[str, ...]) -> None:
     """Validate scenario files; print every problem as file:line: key: message."""
-    from specaudit.engine.scenario import preflight
+    from specaudit.engine.tasks import preflight
     from specaudit.errors import ScenarioError
     from specaudit.reports.format import visible
     from specaudit.scenarios.loading import load_scenario
@@ -1018,7 +1018,7 @@ def schema(results: bool, output: str | None) -> None:
 
 def _scenarios_or_exit(names: tuple[str, ...]) -> list:
     """Return the loaded scenarios of ``-s`` (default suite for none); exit 5 when nothing matches."""
-    from specaudit.engine.run import resolve_scenarios
+    from specaudit.engine.tasks import resolve_scenarios
 
     loaded = resolve_scenarios(list(names) or None)
     if not loaded:

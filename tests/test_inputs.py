@@ -107,7 +107,7 @@ def test_vocabulary_too_large_for_tables_is_refused_by_validate_and_run(tmp_path
 
 
 def test_memory_figures_follow_the_allocation_sizes():
-    from specaudit.engine.scenario import preflight
+    from specaudit.engine.tasks import preflight
     from specaudit.errors import ScenarioError
     from specaudit.scenarios.loading import parse_scenario
 

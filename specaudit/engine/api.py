@@ -11,9 +11,10 @@ from typing import Any
 
 from specaudit.contract.guard import DEFAULT_TIMEOUT
 from specaudit.engine.executors import Progress
-from specaudit.engine.run import ScenarioLike, execute
+from specaudit.engine.run import execute
 from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings, parse_shard
 from specaudit.engine.supervisor import execute_supervised
+from specaudit.engine.tasks import ScenarioLike
 from specaudit.results import RunResult, ScenarioResult
 
 __all__ = ["run"]

@@ -38,6 +38,23 @@ from specaudit.simulate.tree import TreePlan, simulate_tree
 Progress = Callable[[str, int, int], None]
 
 
+@dataclass(frozen=True)
+class Ticker:
+    """A block's finished batches told to ``progress``: ``ticker(done, total)`` reports ``base + done`` of ``planned``.
+
+    Made by whoever schedules the block and called from the simulation below it: the observer is
+    the reporter's, so nothing calls back into the engine module that scheduled the block.
+    """
+
+    progress: Progress
+    name: str
+    base: int  # sequences of the scenario done before this block
+    planned: int
+
+    def __call__(self, done: int, _total: int) -> None:
+        self.progress(self.name, self.base + done, self.planned)
+
+
 @dataclass
 class Tally:
     """Additive measurements of some blocks of one scenario (a mutable accumulator, not a result)."""
@@ -227,7 +244,6 @@ class Bench:
         planned = sum(self.sizes[b] for b in todo)
         name = self.spec.name
         for b in todo:
-            base = total.sequences
-            tick = None if progress is None else (lambda done, _n, base=base: progress(name, base + done, planned))
+            tick = None if progress is None else Ticker(progress, name, total.sequences, planned)
             total.merge(self.run(seed, b, tick))
         return total

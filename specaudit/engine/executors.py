@@ -14,8 +14,9 @@ blocks finish:
   default); the prepared scenario (with the verifier) is shipped once per scenario with
   cloudpickle, so the verifier must be importable or picklable there.
 
-With early stop, a scenario's blocks are only scheduled up to its next look; ``look`` decides at
-every look whether the scenario goes on (:mod:`specaudit.stats.sequential`). Progress is reported
+With early stop, a scenario's blocks are only scheduled up to its next look; the consumer of
+:func:`measure_units` answers each :class:`Look`, deciding whether the scenario goes on
+(:mod:`specaudit.stats.sequential`). Progress is reported
 in the run's one shape, ``progress(scenario, done, total)`` (:data:`Progress`). The settings
 (jobs, backend) were validated by :class:`specaudit.engine.settings.RunSettings`.
 """
@@ -29,7 +30,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -37,12 +38,15 @@ from typing import Any
 
 from specaudit.contract import guard
 from specaudit.contract.targets import FILE_MODULE_PREFIX
-from specaudit.engine.bench import Bench, Progress, Tally
+from specaudit.engine.bench import Bench, Progress, Tally, Ticker
 from specaudit.engine.device import cuda_initialised
 from specaudit.errors import ContractError, UsageError, VerifierCrash, VerifierTimeout
 from specaudit.results import ErrorInfo
 
-__all__ = ["DIED", "BlockError", "Outcome", "Progress", "Unit", "measure_units", "run_block", "shard_blocks"]
+__all__ = [
+    "DIED", "BlockError", "Doubted", "Event", "Finished", "Look", "Outcome", "Progress", "Started", "Unit", "measure_units",
+    "run_block", "shard_blocks",
+]
 
 #: ``ErrorInfo.kind`` of a scenario whose block worker process died (os._exit, a signal, a C crash).
 DIED = "died"
@@ -257,28 +261,64 @@ def _executor(units: Sequence[Unit], jobs: int, backend: str, address: str | Non
     return _Forked(units, jobs)
 
 
+@dataclass(frozen=True)
+class Started:
+    """Unit (or task) ``index`` is about to make its first verifier call."""
+
+    index: int
+
+
+@dataclass
+class Look:
+    """A unit's look: the tally of its blocks so far (block order); set ``stop`` to end the unit at an interim look."""
+
+    index: int
+    tally: Tally
+    final: bool  # the unit's last look
+    stop: bool = False  # the consumer's answer, read when the generator resumes
+
+
+@dataclass(frozen=True)
+class Doubted:
+    """A worker died while blocks of all of ``indices`` were in flight; each is charged with the death next."""
+
+    indices: list[int]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Unit ``index`` is decided: its outcome (merged tally, or the error that ended it)."""
+
+    index: int
+    outcome: Outcome
+
+
+#: What :func:`measure_units` yields, in the order it happens.
+Event = Started | Look | Doubted | Finished
+
+
 def measure_units(
     units: Sequence[Unit],
-    look: Callable[[int, Tally, bool], bool],
     *,
     jobs: int = 1,
     backend: str = "local",
     address: str | None = None,
     timeout: float | None = None,
     progress: Progress | None = None,
-    started: Callable[[int], None] | None = None,
-    doubt: Callable[[list[int]], None] | None = None,
-) -> Iterator[tuple[int, Outcome]]:
-    """Measure every unit's blocks; yield ``(index, Outcome)`` as each unit finishes.
+) -> Generator[Event, None, None]:
+    """Measure every unit's blocks; yield what happens, as it happens, to the one consumer that drives the run.
 
-    ``look(index, tally, final)`` is called in this process at each of a unit's looks with the
-    tally of its blocks so far (merged in block order); at an interim look it returns True to
-    stop the unit there. ``progress(scenario, sequences_done, sequences_planned)`` follows
-    finished blocks (jobs = 1: finished batches). A unit whose block errs stops scheduling
-    blocks; its error is its outcome. ``timeout`` (``--timeout``) bounds a verifier call on Ray
-    workers, which no supervisor watches. ``started(index)`` is called once per unit, before its
-    first block is submitted (or before it is yielded, holding no block); ``doubt(indices)`` when a
-    worker died with blocks of several units in flight, before they are charged with it.
+    Data flows up by what is yielded, never by a call back into the caller: :class:`Started` once
+    per unit, before its first block is submitted (or before it finishes, holding no block);
+    :class:`Look` at each of a unit's looks, in this process, with the tally of its blocks so far
+    (merged in block order): the consumer sets ``stop`` to end the unit at an interim look;
+    :class:`Doubted` when a worker died with blocks of several units in flight, before they are
+    charged with it; :class:`Finished` as each unit is decided. A unit whose block errs stops
+    scheduling blocks; its error is its outcome. ``progress(scenario, sequences_done,
+    sequences_planned)`` (the reporter's observer) follows finished blocks (jobs = 1: finished
+    batches). ``timeout`` (``--timeout``) bounds a verifier call on Ray workers, which no
+    supervisor watches. Close the generator (``contextlib.closing``) when leaving it early: its
+    pool of workers ends then.
     """
     n = len(units)
     merged: list[Tally] = [u.bench.empty() for u in units]
@@ -289,10 +329,10 @@ def measure_units(
     done = [False] * n
     begun = [False] * n
 
-    def begin(i: int) -> None:
-        if started is not None and not begun[i]:
-            started(i)
-        begun[i] = True
+    def begin(i: int) -> Iterator[Event]:
+        if not begun[i]:
+            begun[i] = True
+            yield Started(i)
 
     for i, u in enumerate(units):  # a unit with no blocks (a shard that holds none of them)
         if not u.blocks:
@@ -302,20 +342,20 @@ def measure_units(
         if progress is None:
             return None
         u = units[i]
-        return lambda seqs, _n: progress(u.name, merged[i].sequences + seqs, u.planned)
+        return Ticker(progress, u.name, merged[i].sequences, u.planned)  # jobs = 1: the block runs at submission
 
     ex = _executor(units, jobs, backend, address, timeout)
     pending: dict[Future, tuple[int, int]] = {}
     ending: dict[int, Outcome] = {}  # decided units whose blocks still run (``decided``)
     ran: set[int] = set()  # units whose blocks this pool's workers ran: a thread of theirs may end a worker later
 
-    def lost(i: int) -> Iterator[tuple[int, Outcome]]:
+    def lost(i: int) -> Iterator[Event]:
         """A worker died (os._exit, a signal): unit ``i``, every unit with blocks in flight and every
         undecided unit whose blocks this pool ran (a thread a block left behind ends a worker
         between blocks, or in another unit's block) may be the one.
 
         Each is an ERROR, never a pass; the pool is replaced for the units that go on. With
-        several suspects, ``doubt`` hears of them first (a supervised child ends there, and its
+        several suspects, a :class:`Doubted` names them first (a supervised child ends there, and its
         supervisor measures them again one at a time).
         """
         nonlocal ex
@@ -324,15 +364,15 @@ def measure_units(
         pending.clear()
         ran.clear()
         ex.close()
-        if len(hit) > 1 and doubt is not None:
-            doubt(hit)
+        if len(hit) > 1:
+            yield Doubted(hit)
         ex = _executor(units, jobs, backend, address, timeout)
         for j in hit:
             done[j] = True
             ending.pop(j, None)
-            yield j, Outcome(merged[j], _died(jobs, [units[m].name for m in hit], units[j].name), look_at[j])
+            yield Finished(j, Outcome(merged[j], _died(jobs, [units[m].name for m in hit], units[j].name), look_at[j]))
 
-    def decided(i: int, outcome: Outcome) -> Iterator[tuple[int, Outcome]]:
+    def decided(i: int, outcome: Outcome) -> Iterator[Event]:
         """Unit ``i`` is decided (an error, its last look, a stop): yield it, once the blocks it has in flight end.
 
         Those blocks are the verifier's calls for this unit: a fault in one of them (a crash, a
@@ -342,18 +382,18 @@ def measure_units(
         if any(j == i for j, _ in pending.values()):
             ending[i] = outcome
         else:
-            yield i, outcome
+            yield Finished(i, outcome)
     try:
         for i in range(n):
             if done[i]:
-                begin(i)
-                yield i, Outcome(merged[i])
+                yield from begin(i)
+                yield Finished(i, Outcome(merged[i]))
         while True:
             # fill the free slots, earliest scenario first, each only up to its next look
             try:
                 for i, u in enumerate(units):
                     while not done[i] and len(pending) < ex.slots and sent[i] < u.looks[look_at[i]]:
-                        begin(i)
+                        yield from begin(i)
                         pos = sent[i]
                         sent[i] += 1
                         fut = ex.submit(i, u, u.blocks[pos], tick(i))
@@ -388,7 +428,7 @@ def measure_units(
                     if isinstance(result, BlockError) and ending[i].error is None:
                         ending[i] = dataclasses.replace(ending[i], error=result.info)
                     if not any(j == i for j, _ in pending.values()):
-                        yield i, ending.pop(i)
+                        yield Finished(i, ending.pop(i))
                     continue
                 if isinstance(result, BlockError):
                     merged[i].seconds += result.seconds
@@ -403,7 +443,9 @@ def measure_units(
                 u = units[i]
                 if upto[i] == u.looks[look_at[i]]:
                     final = look_at[i] == len(u.looks) - 1
-                    stop = look(i, merged[i], final)
+                    asked = Look(i, merged[i], final)
+                    yield asked
+                    stop = asked.stop
                     look_at[i] += 1
                     if final or stop:
                         yield from decided(i, Outcome(merged[i], None, look_at[i], stopped=not final))

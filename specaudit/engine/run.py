@@ -11,6 +11,7 @@ RunResult.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import platform
@@ -26,20 +27,11 @@ from specaudit.contract import logits, tree
 from specaudit.contract.guard import catch_interrupts
 from specaudit.contract.targets import import_string, load_target
 from specaudit.engine.executors import Progress
-from specaudit.engine.scenario import (
-    Task,
-    certify_cap,
-    check_certifiable,
-    measure,
-    preflight,
-    run_scenarios,
-    scenario_seed,
-    unique_names,
-)
+from specaudit.engine.scenario import results
 from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings, default_suspect_level
+from specaudit.engine.tasks import ScenarioLike, Task, certify_cap, resolve_scenarios, scenario_seed
 from specaudit.errors import TargetLoadError
 from specaudit.results import Category, CheckResult, RunResult, ScenarioResult, Status
-from specaudit.scenarios.catalogue import resolve
 from specaudit.scenarios.loading import LoadedScenario
 from specaudit.scenarios.schema import Scenario
 from specaudit.stats.gof import holm
@@ -56,16 +48,11 @@ __all__ = [
     "environment",
     "execute",
     "finish",
-    "measure",
     "measure_all",
     "rerun_seed",
     "rerun_suspects",
-    "resolve_scenarios",
     "resolve_target",
-    "scenario_seed",
 ]
-
-ScenarioLike = str | LoadedScenario | Scenario
 #: ``remeasure(index, seed, samples)``: scenario ``index`` of the run measured again.
 Remeasure = Callable[[int, int, int], ScenarioResult]
 
@@ -76,42 +63,6 @@ def resolve_target(target: str | Callable[..., Any]) -> tuple[Callable[..., Any]
         label = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
         return target, label
     return load_target(target), target
-
-
-def resolve_scenarios(scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
-                      settings: RunSettings | None = None) -> list[LoadedScenario]:
-    """Return loaded scenarios from names, paths, or scenario objects (default suite for None).
-
-    With ``settings``, also raise UsageError for what they cannot do with these scenarios
-    (``certify_tv`` on a scenario with no joint law) before anything runs.
-    """
-    out = _loaded(scenarios)
-    if settings is not None:
-        if settings.convention is not None:  # --convention: every scenario's reference follows that engine's sampler
-            out = [dataclasses.replace(item, spec=dataclasses.replace(item.spec, convention=settings.convention))
-                   for item in out]
-        check_certifiable(out, settings)
-    return out
-
-
-def _loaded(scenarios: Sequence[ScenarioLike] | ScenarioLike | None) -> list[LoadedScenario]:
-    """Return the loaded scenarios, checked for clashing names and for this machine's memory."""
-    if scenarios is None:
-        return resolve(None)
-    if isinstance(scenarios, (str, LoadedScenario, Scenario)):
-        scenarios = [scenarios]
-    out: list[LoadedScenario] = []
-    for item in scenarios:
-        if isinstance(item, LoadedScenario):
-            out.append(item)
-        elif isinstance(item, Scenario):
-            out.append(LoadedScenario(item, "<api>", 1))
-        else:
-            out.extend(resolve([item]))
-    out = unique_names(out)  # usage errors before any table is built or process started
-    for item in out:
-        preflight(item)
-    return out
 
 
 def apply_holm(
@@ -263,7 +214,8 @@ def execute(
     stop_level = settings.stop_level(len(loaded))
 
     def remeasure(i: int, fresh_seed: int, n: int) -> ScenarioResult:
-        return run_scenarios([tasks[i]._replace(seed=fresh_seed, samples=n)], settings, stop_level=stop_level)[0]
+        (again,) = results([tasks[i]._replace(seed=fresh_seed, samples=n)], settings, stop_level=stop_level)
+        return again
 
     with catch_interrupts():  # a KeyboardInterrupt is the user's only after a real SIGINT
         done, interrupted = measure_all(tasks, binding.choices, settings, stop_level, progress, on_scenario)
@@ -297,19 +249,20 @@ def bind_target(target: str | Callable[..., Any], loaded: Sequence[LoadedScenari
 def measure_all(tasks: Sequence[Task], choices: Sequence[adapters.AdapterChoice | None], settings: RunSettings,
                 stop_level: float | None, progress: Progress | None,
                 on_scenario: Callable[[ScenarioResult], None] | None) -> tuple[list[ScenarioResult], bool]:
-    """Measure and check every scenario; return the results so far and whether the run was interrupted."""
+    """Measure and check every scenario; return the results so far and whether the run was interrupted.
+
+    ``on_scenario`` (the reporter's observer) gets each result as it comes, in task order.
+    """
     done: list[ScenarioResult] = []
-
-    def record(result: ScenarioResult) -> None:
-        choice = choices[len(done)]
-        if choice is not None:  # say how the target was driven
-            result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
-        done.append(result)
-        if on_scenario is not None:
-            on_scenario(result)
-
+    measured = results(tasks, settings, stop_level=stop_level, progress=progress)
     try:
-        run_scenarios(tasks, settings, stop_level=stop_level, progress=progress, on_result=record)
+        with contextlib.closing(measured):  # an interrupt in the observer ends the workers now, not at collection
+            for result, choice in zip(measured, choices):
+                if choice is not None:  # say how the target was driven
+                    result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
+                done.append(result)
+                if on_scenario is not None:
+                    on_scenario(result)
     except KeyboardInterrupt:
         return done, True
     return done, False

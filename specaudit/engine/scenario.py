@@ -1,6 +1,8 @@
 """Scenario: the one place a scenario becomes a ScenarioResult, simulated or probed.
 
-A run hands :func:`run_scenarios` its :class:`Task` list (verifier, scenario, seed, samples).
+A run hands :func:`run_scenarios` its :class:`~specaudit.engine.tasks.Task` list (verifier, scenario, seed,
+samples), and reads back what it yields: results in task order, and the looks to decide where the
+caller judges them (a supervised child asks its supervisor); nothing here calls back up.
 An exact-mode scenario is probed in this process (:mod:`specaudit.checks.probes`: corners,
 determinism, adversarial uniforms; no simulation). Every simulated chain scenario also runs the
 contract probes with its own chains (:func:`specaudit.checks.probes.run_scenario_probes`:
@@ -18,122 +20,28 @@ here and returns the raw measurements, for callers that want numbers rather than
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from specaudit.checks import bad_rows, evaluate, logprobs, probes, seeded, tree_probes
-from specaudit.checks.statistical import Measured, has_joint_law
+from specaudit.checks.statistical import Measured
 from specaudit.contract.guard import guarded
 from specaudit.contract.logits import logprobs_of
-from specaudit.engine.bench import Bench, Tally
+from specaudit.engine.bench import Bench
 from specaudit.engine.device import tensor_path
-from specaudit.engine.executors import Progress, Unit, measure_units, shard_blocks
-from specaudit.engine.settings import MAX_SAMPLES, RunSettings
-from specaudit.errors import ScenarioError, UsageError
-from specaudit.laws.chain import joint_probabilities
+from specaudit.engine.executors import Doubted, Look, Outcome, Progress, Started, Unit, measure_units, shard_blocks
+from specaudit.engine.settings import RunSettings
+from specaudit.engine.tasks import Task, measured_spec
 from specaudit.results import CheckResult, ErrorInfo, ScenarioResult, TVBound
 from specaudit.scenarios.loading import LoadedScenario
 from specaudit.scenarios.schema import Scenario, to_data
-from specaudit.simulate.blocks import block_sizes
 from specaudit.stats import certificate, sequential
 
-__all__ = [
-    "Judge", "Judged", "Judging", "Task", "base_result", "certify_cap", "check_certifiable", "least_bound", "measure", "memory_limit", "preflight", "run_scenarios",
-    "scenario_seed", "tv_bound", "unique_names",
-]
-
-
-class Task(NamedTuple):
-    """One scenario of a run to measure and check."""
-
-    verify: Callable[..., Any]  # the target, bound to this scenario (adapters)
-    loaded: LoadedScenario
-    seed: int
-    samples: int | None = None  # overrides the scenario's
-    place: int = -1  # the scenario's index in the run: its calls are tagged with it on a supervisor's board
-
-
-def memory_limit() -> int | None:
-    """Return this machine's physical memory in bytes (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def _gib(n: float) -> str:
-    """Return ``n`` bytes in GiB, readable whatever the size."""
-    gib = n / (1 << 30)
-    return f"{gib:,.1f}" if gib < 1e6 else f"{gib:.2g}"
-
-
-def preflight(loaded: LoadedScenario, limit: int | None = None) -> None:
-    """Raise ScenarioError when the scenario's tables and exact laws cannot fit in ``limit`` bytes.
-
-    Checked before anything is allocated, so that ``validate`` refuses what ``run`` would die of
-    (a MemoryError or the OOM killer, minutes in). ``limit``: this machine's memory by default.
-    """
-    limit = memory_limit() if limit is None else limit
-    spec = loaded.spec
-    needs = spec.memory_needs()
-    total = sum(n for n, _ in needs)
-    if limit is None or total <= limit:
-        return
-    kinds = sorted({spec.target.kind, spec.draft.kind})
-    fits = 2
-    lo, hi = 2, spec.vocab  # the largest vocabulary these chain kinds fit in (needs grow with V)
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if sum(n for n, _ in spec.memory_needs(mid)) <= limit:
-            fits, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    raise ScenarioError(
-        f"{loaded.path}:{loaded.key_line('vocab')}: vocab: needs {_gib(total)} GiB for {'/'.join(kinds)} chains at "
-        f"V = {spec.vocab:,} ({'; '.join(f'{what}: {_gib(n)} GiB' for n, what in needs)}); "
-        f"this machine has {_gib(limit)} GiB: use `kind: zipf` "
-        f"for target and draft (rows made on demand, no tables), or vocab <= {fits:,} with these kinds"
-    )
-
-
-def unique_names(loaded: Sequence[LoadedScenario]) -> list[LoadedScenario]:
-    """Return the scenarios with repeats of one scenario dropped; raise ScenarioError on two scenarios of one name.
-
-    Results, seeds, baselines and ``specaudit merge`` key scenarios by name: two different
-    scenarios called alike would be reported as one. The same scenario named twice (a name and a
-    tag that includes it) runs once.
-    """
-    out: list[LoadedScenario] = []
-    first: dict[str, LoadedScenario] = {}
-    for item in loaded:
-        seen = first.get(item.name)
-        if seen is None:
-            first[item.name] = item
-            out.append(item)
-        elif seen.spec != item.spec or seen.path != item.path:
-            raise ScenarioError(
-                f"{item.path}:{item.key_line('name')}: name: scenario name {item.name!r} is already used in this run by "
-                f"{seen.path}:{seen.key_line('name')}; names key the results: rename one (e.g. name: {item.name}-2)"
-            )
-    return out
-
-
-def certify_cap(spec: Scenario, eps: float, alpha: float) -> int | None:
-    """Return the sample cap of ``--certify-tv eps`` on ``spec``: 4x the sequences a lossless verifier is expected to need.
-
-    The expected bound at n (:func:`specaudit.stats.certificate.samples_to_certify`) is computed from
-    the exact joint law; None when no n up to the schema's bound on ``samples`` is expected to do.
-    """
-    target, _ = spec.chains()
-    planned = certificate.samples_to_certify(joint_probabilities(target, spec.length), eps, alpha)
-    if planned is None or certificate.CAP_FACTOR * planned > MAX_SAMPLES:
-        return None
-    return certificate.CAP_FACTOR * planned
+__all__ = ["Decide", "Event", "Judge", "Judged", "Result", "base_result", "measure", "results", "run_scenarios", "tv_bound"]
 
 
 def tv_bound(measured: Measured, settings: RunSettings, weight: float = 1.0) -> TVBound | None:
@@ -146,58 +54,6 @@ def tv_bound(measured: Measured, settings: RunSettings, weight: float = 1.0) -> 
         return None
     return certificate.tv_upper_bound(measured.joint.counts, measured.joint_probs, settings.alpha, weight,
                                       settings.certify_tv)
-
-
-def check_certifiable(loaded: Sequence[LoadedScenario], settings: RunSettings) -> None:
-    """Raise UsageError unless a ``--certify-tv`` run has a scenario to certify and every one can reach EPS.
-
-    Scenarios without an enumerated joint law (``mode: exact`` or ``greedy``, per-prefix ones) run
-    as they would without ``--certify-tv`` and get no certificate; a run with none to certify is
-    refused. With ``--samples`` as the cap, EPS must be reachable at the cap: the bound is at least
-    its Hoeffding slack, even when the sample matches the target exactly.
-    """
-    eps = settings.certify_tv
-    if eps is None or not loaded:  # nothing to run: the run says so (exit 5)
-        return
-    joint = [item for item in loaded if has_joint_law(item.spec)]
-    if not joint:
-        item = loaded[0]
-        spec = item.spec
-        why = (f"mode {spec.mode!r}: no sampled law" if spec.mode != "sample" else
-               f"{spec.joint_cells:,} possible sequences (vocab ** length) are too many to count; it is checked "
-               "per prefix and by PIT, which certify no TV")
-        which = (f"scenario {item.name} ({item.path}) has no joint law to bound ({why})" if len(loaded) == 1 else
-                 f"none of the {len(loaded)} scenarios has a joint law to bound (e.g. {item.name}: {why})")
-        raise UsageError(f"--certify-tv {eps:g}: {which}; certify scenarios with an enumerated joint law, e.g. -s markov-v4")
-    if settings.samples is not None:  # the cap is the user's: the same least bound for every scenario
-        floor = least_bound(settings.samples, settings.alpha)
-        if floor > eps:
-            raise UsageError(f"--certify-tv {eps:g} --samples {settings.samples:,}: scenario {joint[0].name}'s bound at "
-                             f"{settings.samples:,} sequences is at least {floor:.4g} (its Hoeffding slack, even for a "
-                             f"sample that matches the target exactly); allowed: EPS >= {floor:.4g}, or a larger cap "
-                             "(--samples)")
-        return
-    for item in joint:
-        if certify_cap(item.spec, eps, settings.alpha) is None:
-            raise UsageError(f"--certify-tv {eps:g}: scenario {item.name} would need more than {MAX_SAMPLES:,} "
-                             "sequences even from a lossless verifier; ask for a larger EPS")
-
-
-def least_bound(samples: int, alpha: float) -> float:
-    """Return the smallest TV bound a ``--certify-tv`` run capped at ``samples`` can reach (its last look's slack)."""
-    weight = sequential.spending(len(sequential.look_schedule(len(block_sizes(samples)))))[-1]
-    return certificate.hoeffding_slack(samples, alpha * weight)
-
-
-def scenario_seed(run_seed: int | None, loaded: LoadedScenario) -> int:
-    """Return the simulation seed, derived from the run seed (else the scenario's own) and its content.
-
-    The content hash is mixed in either way, so scenarios never share the verifier's uniforms,
-    even when every scenario file keeps the default ``seed: 0``.
-    """
-    base = loaded.spec.seed if run_seed is None else run_seed
-    mixed = np.random.SeedSequence([base, int(loaded.spec.content_hash(), 16)])
-    return int(mixed.generate_state(1, dtype=np.uint32)[0])
 
 
 def measure(
@@ -275,10 +131,6 @@ class Judged(NamedTuple):
     tokens_per_step: float | None  # the exact expected tokens/step (None: lazy chains, no exact law)
 
 
-#: ``judge(unit, measured, looks, final)``: decide look ``len(looks so far)`` of one of ``looks`` of a unit.
-Judging = Callable[[int, Measured, int, bool], Judged]
-
-
 class Judge:
     """Decide the looks of a run's units: checks, sequential p-values, TV bounds, early stop.
 
@@ -317,36 +169,68 @@ class Judge:
         return Judged(results, bound, stop, tuple(track.looks) if track is not None else (), exact)
 
 
+@dataclass
+class Decide:
+    """A look a caller decides (:func:`run_scenarios` with no judge): set ``judged`` before resuming the generator."""
+
+    unit: int  # the unit's index in this run_scenarios call
+    measured: Measured
+    looks: int  # how many looks the unit has in all
+    final: bool
+    judged: Judged | None = None  # the caller's answer
+
+
+@dataclass(frozen=True)
+class Result:
+    """Task ``index``'s ScenarioResult, yielded in task order."""
+
+    index: int
+    result: ScenarioResult
+
+
+#: What :func:`run_scenarios` yields: a task started, a worker's death in doubt (task indices), a look to decide
+#: (no judge), a result.
+Event = Started | Doubted | Decide | Result
+
+
+def results(tasks: Sequence[Task], settings: RunSettings, *, stop_level: float | None = None,
+            progress: Progress | None = None) -> Generator[ScenarioResult, None, None]:
+    """Yield ``tasks``' results in task order, every look judged in this process (:func:`run_scenarios`)."""
+    with contextlib.closing(run_scenarios(tasks, settings, stop_level=stop_level, progress=progress,
+                                          judge=Judge(settings, stop_level))) as events:
+        for event in events:
+            if isinstance(event, Result):
+                yield event.result
+
+
 def run_scenarios(
     tasks: Sequence[Task],
     settings: RunSettings,
     *,
     stop_level: float | None = None,
     progress: Progress | None = None,
-    on_result: Callable[[ScenarioResult], None] | None = None,
-    judge: Judging | None = None,
-    on_start: Callable[[int], None] | None = None,
-    doubt: Callable[[list[int]], None] | None = None,
-) -> list[ScenarioResult]:
-    """Measure and check ``tasks``; return their results in task order.
+    judge: Judge | None = None,
+) -> Generator[Event, None, None]:
+    """Measure and check ``tasks``; yield what happens, results in task order.
 
     ``stop_level``: early stop, a gating sequential p-value at or below it ends a scenario
-    (:meth:`RunSettings.stop_level`). ``on_result`` gets each result in task order as soon as it
-    and all before it are done. ``judge`` decides each look (default: a :class:`Judge` here; a
-    supervised child passes one that asks its supervisor). ``on_start(t)`` is called once per task, before
-    the verifier is first called for it: with ``--jobs N`` the blocks of several tasks are in flight
-    at once (the next task's start while the last blocks and the probes of one run), and ``doubt(tasks)`` hears
-    of the tasks a worker died beside, before each is charged with its death. A verifier crash, hang or contract
-    breach makes its scenario an ERROR result; the other scenarios go on.
+    (:meth:`RunSettings.stop_level`). ``judge`` decides each look here; with none, each look is
+    yielded as a :class:`Decide` for the caller to answer (a supervised child asks its supervisor).
+    A :class:`~specaudit.engine.executors.Started` (task index) comes once per task, before the
+    verifier is first called for it: with ``--jobs N`` the blocks of several tasks are in flight
+    at once (the next task's start while the last blocks and the probes of one run), and a
+    :class:`~specaudit.engine.executors.Doubted` names the tasks a worker died beside, before each
+    is charged with its death. A :class:`Result` comes for each task, in task order, as soon as it
+    and all before it are done. A verifier crash, hang or contract breach makes its scenario an
+    ERROR result; the other scenarios go on. Nothing is called back: the caller reads the events.
     """
     slots: list[ScenarioResult | None] = [None] * len(tasks)
     released = 0
 
-    def release() -> None:
+    def release() -> Iterator[Event]:
         nonlocal released
         while released < len(slots) and (ready := slots[released]) is not None:
-            if on_result is not None:
-                on_result(ready)
+            yield Result(released, ready)
             released += 1
 
     units: list[Unit] = []
@@ -354,17 +238,9 @@ def run_scenarios(
     specs: list[Scenario] = []
     verifies: list[Callable[..., Any]] = []  # each unit's guarded verifier, for its contract probes
     for t, task in enumerate(tasks):
-        spec = task.loaded.spec
-        if task.samples is not None:
-            spec = dataclasses.replace(spec, samples=task.samples)
-        elif settings.certify_tv is not None and has_joint_law(spec):  # sample until certified, up to the cap
-            cap = certify_cap(spec, settings.certify_tv, settings.alpha)
-            spec = dataclasses.replace(spec, samples=cap if cap is not None else MAX_SAMPLES)
-        if settings.batch is not None:  # --batch: rows per verifier call (a slow verifier inside --timeout)
-            spec = dataclasses.replace(spec, batch=settings.batch)
+        spec = measured_spec(task, settings)
         if spec.mode == "exact":  # exact probes, no simulation (specaudit.checks.probes)
-            if on_start is not None:
-                on_start(t)
+            yield Started(t)
             slots[t] = _probe(task, spec, settings)
             continue
         verify = guarded(task.verify, settings.timeout, task.place)
@@ -376,75 +252,86 @@ def run_scenarios(
         units.append(Unit(bench, task.seed, blocks, looks))
         where.append(t)
         specs.append(spec)
-    release()
+    yield from release()
 
-    judge = judge if judge is not None else Judge(settings, stop_level)
     latest: dict[int, Judged] = {}
     eval_seconds = [0.0] * len(units)
+    measuring = measure_units(units, jobs=settings.jobs, backend=settings.backend, address=settings.address,
+                              timeout=settings.timeout, progress=progress)
+    with contextlib.closing(measuring):
+        for event in measuring:
+            if isinstance(event, Started):
+                yield Started(where[event.index])
+                continue
+            if isinstance(event, Doubted):
+                yield Doubted([where[i] for i in event.indices])
+                continue
+            if isinstance(event, Look):
+                i = event.index
+                t0 = time.perf_counter()
+                measured = units[i].bench.measured(event.tally, settings.method)
+                if judge is not None:
+                    judged = judge(i, measured, len(units[i].looks), event.final)
+                else:
+                    asked = Decide(i, measured, len(units[i].looks), event.final)
+                    yield asked
+                    if asked.judged is None:
+                        raise RuntimeError(f"look {len(latest)} of unit {i} was yielded and not decided")
+                    judged = asked.judged
+                latest[i] = judged
+                event.stop = judged.stop
+                eval_seconds[i] += time.perf_counter() - t0
+                continue
+            i, outcome = event.index, event.outcome
+            slots[where[i]] = _finished(tasks[where[i]], specs[i], units[i], verifies[i], outcome, latest.get(i),
+                                        eval_seconds[i], settings, stop_level)
+            yield from release()
 
-    def look(i: int, tally: Tally, final: bool) -> bool:
+
+def _finished(task: Task, spec: Scenario, unit: Unit, verify: Callable[..., Any], outcome: Outcome,
+              judged: Judged | None, eval_seconds: float, settings: RunSettings,
+              stop_level: float | None) -> ScenarioResult:
+    """Return the ScenarioResult of a measured unit: its last look's checks, its scenario probes, what it ran on."""
+    tally = outcome.tally
+    probe = probes.ExactOutcome(())
+    if outcome.error is None or outcome.error.kind != "timeout":  # after a hang, probing would hang again
         t0 = time.perf_counter()
-        judged = judge(i, units[i].bench.measured(tally, settings.method), len(units[i].looks), final)
-        latest[i] = judged
-        eval_seconds[i] += time.perf_counter() - t0
-        return judged.stop
-
-    def started(i: int) -> None:
-        if on_start is not None:
-            on_start(where[i])
-
-    def doubted(hit: list[int]) -> None:
-        if doubt is not None:
-            doubt([where[i] for i in hit])
-
-    for i, outcome in measure_units(units, look, jobs=settings.jobs, backend=settings.backend,
-                                    address=settings.address, timeout=settings.timeout, progress=progress,
-                                    started=started, doubt=doubted):
-        t = where[i]
-        task, spec, tally = tasks[t], specs[i], outcome.tally
-        probe = probes.ExactOutcome(())
-        if outcome.error is None or outcome.error.kind != "timeout":  # after a hang, probing would hang again
-            t0 = time.perf_counter()
-            run_probes = tree_probes.run_tree_probes if spec.algorithm == "tree" else probes.run_scenario_probes
-            probe = run_probes(verifies[i], spec, task.seed, settings.gate_efficiency, settings.contract)
-            if seeded.applies(spec) and probe.error is None:  # tag seeded: per-request generators
-                probe = probe.joined(seeded.run_seeded(verifies[i], spec, task.seed, settings.gate_efficiency,
-                                                       settings.contract))
-            if probe.error is None:
-                probe = probe.joined(_logprobs(task, spec, settings))
-            eval_seconds[i] += time.perf_counter() - t0 - probe.verifier_seconds
-        result = dataclasses.replace(
-            base_result(task.loaded, spec, task.seed),
-            seconds=tally.seconds + eval_seconds[i] + probe.verifier_seconds,
-            verifier_seconds=tally.rounds.verifier_seconds + probe.verifier_seconds,
-            calls=tally.rounds.calls + probe.calls,
-            checks=probe.checks,
-        )
-        info: dict[str, Any] = reference_info(spec)
-        if (on := units[i].bench.device) is not None:  # simulated on the verifier's device (specaudit.engine.device)
-            info["device"] = on.device
-            if on.budget is not None:  # what its batch was sized from (a forked or Ray worker's is not seen here)
-                info["device_budget"] = on.budget
-        if tally.rounds.calls:  # every round of a sequence is one row of one call
-            info["rows_per_call"] = round(float(tally.rounds.moments[0]) / tally.rounds.calls, 1)
-        if outcome.error is not None:
-            result = dataclasses.replace(result, error=outcome.error)
-        elif probe.error is not None:  # a probe call hung
-            result = dataclasses.replace(result, error=ErrorInfo.from_exception(probe.error))
-        elif i in latest:
-            judged = latest[i]
-            result = dataclasses.replace(result, checks=judged.results + probe.checks, tv_bound=judged.bound)
-            if judged.tokens_per_step is not None:
-                info["tokens_per_step_exact"] = judged.tokens_per_step
-        if stop_level is not None and outcome.error is None and i in latest:
-            info["early_stop"] = {"looks": list(latest[i].looks), "stopped": outcome.stopped, "sequences": tally.sequences,
-                                  "planned": spec.samples, "level": stop_level}
-        if settings.shard is not None:  # what `specaudit merge` needs: the scenario and its additive tallies
-            info["shard"] = {"index": settings.shard[0], "count": settings.shard[1], "blocks": units[i].blocks,
-                             "planned": spec.samples}
-            info["scenario"] = to_data(spec, exclude_none=True)
-            info["tally"] = tally.to_dict()
-            result = dataclasses.replace(result, samples=tally.sequences)
-        slots[t] = dataclasses.replace(result, info=info)
-        release()
-    return [s for s in slots if s is not None]
+        run_probes = tree_probes.run_tree_probes if spec.algorithm == "tree" else probes.run_scenario_probes
+        probe = run_probes(verify, spec, task.seed, settings.gate_efficiency, settings.contract)
+        if seeded.applies(spec) and probe.error is None:  # tag seeded: per-request generators
+            probe = probe.joined(seeded.run_seeded(verify, spec, task.seed, settings.gate_efficiency, settings.contract))
+        if probe.error is None:
+            probe = probe.joined(_logprobs(task, spec, settings))
+        eval_seconds += time.perf_counter() - t0 - probe.verifier_seconds
+    result = dataclasses.replace(
+        base_result(task.loaded, spec, task.seed),
+        seconds=tally.seconds + eval_seconds + probe.verifier_seconds,
+        verifier_seconds=tally.rounds.verifier_seconds + probe.verifier_seconds,
+        calls=tally.rounds.calls + probe.calls,
+        checks=probe.checks,
+    )
+    info: dict[str, Any] = reference_info(spec)
+    if (on := unit.bench.device) is not None:  # simulated on the verifier's device (specaudit.engine.device)
+        info["device"] = on.device
+        if on.budget is not None:  # what its batch was sized from (a forked or Ray worker's is not seen here)
+            info["device_budget"] = on.budget
+    if tally.rounds.calls:  # every round of a sequence is one row of one call
+        info["rows_per_call"] = round(float(tally.rounds.moments[0]) / tally.rounds.calls, 1)
+    if outcome.error is not None:
+        result = dataclasses.replace(result, error=outcome.error)
+    elif probe.error is not None:  # a probe call hung
+        result = dataclasses.replace(result, error=ErrorInfo.from_exception(probe.error))
+    elif judged is not None:
+        result = dataclasses.replace(result, checks=judged.results + probe.checks, tv_bound=judged.bound)
+        if judged.tokens_per_step is not None:
+            info["tokens_per_step_exact"] = judged.tokens_per_step
+    if stop_level is not None and outcome.error is None and judged is not None:
+        info["early_stop"] = {"looks": list(judged.looks), "stopped": outcome.stopped, "sequences": tally.sequences,
+                              "planned": spec.samples, "level": stop_level}
+    if settings.shard is not None:  # what `specaudit merge` needs: the scenario and its additive tallies
+        info["shard"] = {"index": settings.shard[0], "count": settings.shard[1], "blocks": unit.blocks,
+                         "planned": spec.samples}
+        info["scenario"] = to_data(spec, exclude_none=True)
+        info["tally"] = tally.to_dict()
+        result = dataclasses.replace(result, samples=tally.sequences)
+    return dataclasses.replace(result, info=info)

@@ -49,8 +49,9 @@ from specaudit.checks.statistical import has_joint_law, wants_joint
 from specaudit.engine import null_draws
 from specaudit.engine.merge import merge_documents
 from specaudit.engine.null_draws import NullRow, Reader, exact_reader
-from specaudit.engine.run import ScenarioLike, execute, resolve_scenarios
+from specaudit.engine.run import execute
 from specaudit.engine.settings import DEFAULT_ALPHA, RunSettings
+from specaudit.engine.tasks import ScenarioLike, resolve_scenarios
 from specaudit.errors import ExitCode, NothingToRun, UsageError
 from specaudit.results import Category, RunResult, Status
 from specaudit.results.document import to_document

@@ -40,7 +40,6 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import faulthandler
-import functools
 import importlib
 import itertools
 import multiprocessing as mp
@@ -54,7 +53,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from multiprocessing import forkserver, reduction, resource_tracker, spawn
 from pathlib import Path
 from typing import IO, Any
@@ -64,17 +63,11 @@ from specaudit.checks.statistical import Measured
 from specaudit.contract import guard
 from specaudit.engine import frames, stops
 from specaudit.engine.device import cuda_initialised, device_run
-from specaudit.engine.executors import DIED, Progress
-from specaudit.engine.run import (
-    ScenarioLike,
-    bind_target,
-    environment,
-    execute,
-    finish,
-    resolve_scenarios,
-)
-from specaudit.engine.scenario import Judge, Judged, Judging, Task, base_result, run_scenarios, scenario_seed
+from specaudit.engine.executors import DIED, Doubted, Progress, Started
+from specaudit.engine.run import bind_target, environment, execute, finish
+from specaudit.engine.scenario import Decide, Judge, Judged, Result, base_result, results, run_scenarios
 from specaudit.engine.settings import RunSettings
+from specaudit.engine.tasks import ScenarioLike, Task, resolve_scenarios, scenario_seed
 from specaudit.errors import ExitCode, SpecauditError, TargetLoadError, UsageError
 from specaudit.results import ErrorInfo, RunResult, ScenarioResult
 
@@ -536,17 +529,21 @@ class _Supervisor:
 
         calls = itertools.count()
 
-        def judging() -> Judging:
-            """Return the judge of one run_scenarios call: the supervisor decides its looks (scenario.Judge)."""
-            call = next(calls)
-
-            def judge(unit: int, measured: Measured, looks: int, final: bool) -> Judged:
-                send(("look", (call, unit), measured, looks, final))
-                judged = _await_answer(answers, answered)
-                if not isinstance(judged, Judged):  # the supervisor never sends anything else
-                    raise _CutOff(f"the answer to a look was a {type(judged).__name__}")
-                return judged
-            return judge
+        def measured(tasks: list[Task], settings: RunSettings,
+                     progress: Progress | None) -> Generator[Started | Doubted | Result, None, None]:
+            """Yield what one run_scenarios call of ``tasks`` yields, each of its looks decided by the supervisor."""
+            call = next(calls)  # the supervisor's judge keys its units by (call, unit)
+            with contextlib.closing(run_scenarios(tasks, settings, stop_level=self.stop_level,
+                                                  progress=progress)) as events:
+                for event in events:
+                    if not isinstance(event, Decide):
+                        yield event
+                        continue
+                    send(("look", (call, event.unit), event.measured, event.looks, event.final))
+                    judged = _await_answer(answers, answered)
+                    if not isinstance(judged, Judged):  # the supervisor never sends anything else
+                        raise _CutOff(f"the answer to a look was a {type(judged).__name__}")
+                    event.judged = judged
 
         code = 0
         try:
@@ -585,7 +582,7 @@ class _Supervisor:
                     sent[name] = now
                     send(("progress", name, done, total))
 
-            self._measure(jobs, binding, tick if self.progress is not None else None, judging, send)
+            self._measure(jobs, binding, tick if self.progress is not None else None, measured, send)
             send(("done",))
         except _CutOff as exc:  # the verifier closed, replaced or read the answers' pipe
             code = _CUT_OFF
@@ -609,14 +606,16 @@ class _Supervisor:
             os._exit(code)
 
     def _measure(self, jobs: list[_Job], binding: adapters.Binding, tick: Progress | None,
-                 judging: Callable[[], Judging], send: Callable[[tuple], None]) -> None:
+                 measured: Callable[[list[Task], RunSettings, Progress | None], Generator[Started | Doubted | Result, None, None]],
+                 send: Callable[[tuple], None]) -> None:
         """Measure ``jobs`` in the child, sending each one's "start" and, in job order, its "result".
 
         With --jobs N, one `run_scenarios` call for consecutive scenarios (`pools`): one pool of
         workers runs their blocks, the next scenario's beside the last blocks and the probes of
         one (a pool per scenario left a core idle at each scenario's end). With --jobs 1 nothing
         runs beside anything, so each scenario has a call of its own. A --jobs worker death is
-        measured again with --jobs 1.
+        measured again with --jobs 1. ``measured(tasks, settings, progress)`` is one such call,
+        its looks decided by the supervisor.
         """
         tasks = []
         for job in jobs:
@@ -627,15 +626,13 @@ class _Supervisor:
         together = self.settings.jobs > 1 and not self._alone
         needs = [sum(n for n, _ in task.loaded.spec.memory_needs()) for task in tasks]
         groups = [[tasks[t] for t in group] for group in pools(needs, together)]
-        released = iter(tasks)
 
-        def done(result: ScenarioResult) -> None:
-            task = next(released)
+        def done(task: Task, result: ScenarioResult) -> None:
             error = result.error
             if error is not None and error.kind == DIED and self.settings.jobs > 1:
                 # the death is the verifier's: measured again here, it ends this process and the supervisor says how
-                again = run_scenarios([task], dataclasses.replace(self.settings, jobs=1), stop_level=self.stop_level,
-                                      judge=judging())[0]
+                (again,) = [event.result for event in measured([task], dataclasses.replace(self.settings, jobs=1), None)
+                            if isinstance(event, Result)]
                 if again.error is not None:
                     result = again
                 else:
@@ -647,17 +644,16 @@ class _Supervisor:
                 result = dataclasses.replace(result, info={**result.info, "adapter": choice.label()})
             send(("result", task.place, result))
 
-        def start(group: list[Task], t: int) -> None:
-            send(("start", group[t].place))
-
-        def doubt(group: list[Task], hit: list[int]) -> None:
-            """A worker died beside blocks of several scenarios: which one it was, the supervisor finds out."""
-            send(("doubt", [group[t].place for t in hit]))
-            os._exit(0)
-
         for group in groups:
-            run_scenarios(group, self.settings, stop_level=self.stop_level, progress=tick, judge=judging(),
-                          on_start=functools.partial(start, group), on_result=done, doubt=functools.partial(doubt, group))
+            with contextlib.closing(measured(group, self.settings, tick)) as events:
+                for event in events:
+                    if isinstance(event, Started):
+                        send(("start", group[event.index].place))
+                    elif isinstance(event, Doubted):  # a worker died beside blocks of several: the supervisor finds which
+                        send(("doubt", [group[t].place for t in event.indices]))
+                        os._exit(0)
+                    else:
+                        done(group[event.index], event.result)
 
     # --- the supervisor ------------------------------------------------------------------------
 
@@ -1133,7 +1129,8 @@ def supervised_remeasure(target: str | Callable[..., Any], loaded: list[Any],
         def here(i: int, fresh_seed: int, n: int) -> ScenarioResult:
             _, binding = bind_target(target, loaded, settings)
             task = Task(binding.verifiers[i], loaded[i], fresh_seed, n)
-            return run_scenarios([task], settings, stop_level=settings.stop_level(len(loaded)))[0]
+            (again,) = results([task], settings, stop_level=settings.stop_level(len(loaded)))
+            return again
 
         return here
     sup = _Supervisor(target, loaded, settings, None)

@@ -12,8 +12,8 @@ from scipy import stats as sps
 import specaudit
 from specaudit.chains.lazy import ZipfChain
 from specaudit.cli import main
-from specaudit.engine.run import resolve_scenarios
 from specaudit.engine.settings import RunSettings
+from specaudit.engine.tasks import resolve_scenarios
 from specaudit.errors import ExitCode, UsageError
 from specaudit.results import Status
 from specaudit.simulate import blocks

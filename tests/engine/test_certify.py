@@ -152,13 +152,13 @@ def test_a_suspect_re_run_keeps_the_cap(monkeypatch: pytest.MonkeyPatch) -> None
     from specaudit.engine import run as engine_run
 
     asked: list[int] = []
-    real = engine_run.run_scenarios
+    real = engine_run.results
 
     def spy(tasks, settings, **kw):  # type: ignore[no-untyped-def]
         asked.extend(t.samples for t in tasks)
         return real(tasks, settings, **kw)
 
-    monkeypatch.setattr(engine_run, "run_scenarios", spy)
+    monkeypatch.setattr(engine_run, "results", spy)
     result = specaudit.run("specaudit.verifiers.reference:verify", ["markov-v4"], samples=3000, certify_tv=0.08,
                            suspect_level=0.999, **QUIET)  # every look suspect: a re-run for sure
     assert result.scenarios[0].rerun is not None, result.scenarios[0]

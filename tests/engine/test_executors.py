@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from specaudit.engine import executors
-from specaudit.engine.executors import DIED, BlockError, Unit, measure_units
+from specaudit.engine.executors import DIED, BlockError, Doubted, Finished, Unit, measure_units
 from specaudit.results import ErrorInfo
 
 
@@ -54,7 +54,14 @@ class _Pool:
 
 def _measure(monkeypatch: Any, outcome: Any, units: list[Unit], slots: int, doubt: Any = None) -> dict[int, Any]:
     monkeypatch.setattr(executors, "_executor", lambda *a, **k: _Pool(outcome, slots))
-    return {i: o.error for i, o in measure_units(units, lambda i, tally, final: False, jobs=2, doubt=doubt)}
+    errors: dict[int, Any] = {}
+    for event in measure_units(units, jobs=2):  # every look answered "go on"
+        if isinstance(event, Doubted) and doubt is not None:
+            doubt(event.indices)
+        elif isinstance(event, Finished):
+            assert event.index not in errors  # each unit is decided once
+            errors[event.index] = event.outcome.error
+    return errors
 
 
 def _tally(block: int) -> _Tally:

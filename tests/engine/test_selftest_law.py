@@ -11,7 +11,7 @@ from specaudit.checks import pit as pitcheck
 from specaudit.checks import prefix as prefixcheck
 from specaudit.engine import null_draws as nd
 from specaudit.engine import selftest as st
-from specaudit.engine.run import resolve_scenarios
+from specaudit.engine.tasks import resolve_scenarios
 from specaudit.laws import chain as exact
 from specaudit.scenarios.catalogue import shipped
 from specaudit.stats import gof

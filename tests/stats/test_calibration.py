@@ -129,7 +129,7 @@ def test_small_nodes_get_the_exact_tail(expected):
 
 
 def test_scenarios_get_distinct_seeds_without_a_run_seed():
-    from specaudit.engine.scenario import scenario_seed
+    from specaudit.engine.tasks import scenario_seed
 
     loaded = resolve(None)  # the default suite: every file keeps seed 0
     assert all(item.spec.seed == 0 for item in loaded)
