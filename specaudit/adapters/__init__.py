@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specaudit.contract import logits
+from specaudit.contract import logits, stops
 from specaudit.contract.targets import Alias, alias, load_object
 from specaudit.errors import TargetLoadError, UsageError, closest
 from specaudit.registry import Registry
@@ -328,7 +328,7 @@ def bind(
     def build(choice: AdapterChoice | None) -> Callable[..., Any]:
         key = None if choice is None else (choice.name, repr(sorted(choice.options.items())))
         if key not in built:
-            built[key] = logits.split_logprobs(raw) if choice is None else wrap(raw, choice)
+            built[key] = stops.split_stops(logits.split_logprobs(raw)) if choice is None else wrap(raw, choice)
         return built[key]
 
     verifiers, choices = [], []

@@ -49,6 +49,7 @@ _ZOOS = {
     "seeded": "a seeded mutant (lossless; only the seeded-rows probe of per-request generators sees it)",
     "logits": "a logits mutant (the logits contract; its law depends on the processing, not a chain kernel)",
     "tree": "a tree/block mutant (tree and block algorithms, not the chain rule)",
+    "stops": "a stop mutant (lossless tokens; only the exact stops check sees which tokens a request keeps)",
 }
 
 

@@ -51,6 +51,7 @@ ALIASES.register("reference-greedy", Alias("specaudit.verifiers.greedy:verify", 
 ALIASES.register("reference-logits", Alias("specaudit.verifiers.logits:verify_reference"))
 # run with --contract draft-vocab
 ALIASES.register("reference-draft-vocab", Alias("specaudit.verifiers.vocab:verify", scenarios=("tag:draft-vocab",)))
+ALIASES.register("reference-stops", Alias("specaudit.verifiers.stops:verify", scenarios=("tag:stops",)))
 ALIASES.register(
     "hf-transformers", Alias("transformers.generation.utils:_speculative_sampling", "hf", ("tag:hf", "corners"))
 )

@@ -27,10 +27,11 @@ from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from specaudit.checks import bad_rows, evaluate, logprobs, probes, seeded, tree_probes
+from specaudit.checks import bad_rows, evaluate, logprobs, probes, seeded, stops, tree_probes
 from specaudit.checks.statistical import Measured
 from specaudit.contract.guard import guarded
 from specaudit.contract.logits import logprobs_of
+from specaudit.contract.stops import stops_of
 from specaudit.engine.bench import Bench
 from specaudit.engine.device import tensor_path
 from specaudit.engine.executors import Doubted, Look, Outcome, Progress, Started, Unit, measure_units, shard_blocks
@@ -96,7 +97,7 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
     if seeded.applies(spec) and done.error is None:  # tag seeded: per-request generators
         done = done.joined(seeded.run_seeded(verify, spec, task.seed, settings.gate_efficiency, settings.contract))
     if done.error is None:
-        done = done.joined(_logprobs(task, spec, settings))
+        done = done.joined(_declared(task, spec, settings))
     result = dataclasses.replace(
         base_result(task.loaded, spec, task.seed),
         checks=done.checks,
@@ -112,13 +113,20 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
     return result
 
 
-def _logprobs(task: Task, spec: Scenario, settings: RunSettings) -> probes.ExactOutcome:
-    """Run the ``logprobs`` check where the verifier declares a logprobs output (nothing otherwise)."""
-    declared = logprobs_of(task.verify)
-    if declared is None:
-        return probes.ExactOutcome(())
-    mode, verify = declared
-    return logprobs.run_logprobs(guarded(verify, settings.timeout, task.place), mode, spec, task.seed, settings.contract)
+def _declared(task: Task, spec: Scenario, settings: RunSettings) -> probes.ExactOutcome:
+    """Run the checks of what the verifier declares beyond the contract: a logprobs output, the stops contract."""
+    done = probes.ExactOutcome(())
+    if (declared := logprobs_of(task.verify)) is not None:
+        mode, verify = declared
+        done = logprobs.run_logprobs(guarded(verify, settings.timeout, task.place), mode, spec, task.seed,
+                                     settings.contract)
+    if done.error is None and (ending := stops_of(task.verify)) is not None:
+        done = done.joined(stops.run_stops(guarded(ending, settings.timeout, task.place),
+                                           guarded(task.verify, settings.timeout, task.place), spec, task.seed,
+                                           settings.contract))
+    elif spec.stop_tokens is not None:  # a scenario of stops, a verifier that ends no request: say so
+        done = done.joined(probes.ExactOutcome((stops.not_declared(),)))
+    return done
 
 
 class Judged(NamedTuple):
@@ -301,7 +309,7 @@ def _finished(task: Task, spec: Scenario, unit: Unit, verify: Callable[..., Any]
         if seeded.applies(spec) and probe.error is None:  # tag seeded: per-request generators
             probe = probe.joined(seeded.run_seeded(verify, spec, task.seed, settings.gate_efficiency, settings.contract))
         if probe.error is None:
-            probe = probe.joined(_logprobs(task, spec, settings))
+            probe = probe.joined(_declared(task, spec, settings))
         eval_seconds += time.perf_counter() - t0 - probe.verifier_seconds
     result = dataclasses.replace(
         base_result(task.loaded, spec, task.seed),

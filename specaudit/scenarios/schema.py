@@ -328,7 +328,8 @@ class Sampling(Spec):
 
 
 #: The keys of :class:`Sampling` and of a scenario that are left out of the content hash when unset.
-_SERVING_KEYS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "allowed_tokens", "mix")
+_SERVING_KEYS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "allowed_tokens", "mix",
+                 "stop_tokens", "max_tokens")
 #: Largest joint state space (history states of a penalised target x drafter states) of one request class: the
 #: exact round laws hold dense [S, S] kernels (2048 states: 32 MiB each).
 MAX_HISTORY_STATES = 2048
@@ -476,6 +477,11 @@ class Scenario(Spec):
     convention: Annotated[Annotated[str, Check(_known_convention)] | None, Rule(
         description="the engine whose non-speculative sampler is the reference: the order of top-k, top-p and min-p "
         "(specaudit.chains.processing.CONVENTIONS: hf, vllm, sglang; omitted: hf); --convention overrides it")] = None
+    stop_tokens: Annotated[list[Annotated[int, Rule(ge=0)]] | None, Rule(
+        description="the requests' stop token ids (EOS, stop_token_ids), each in 0..vocab-1: the stops check of a "
+        "verifier declaring the stops contract (verify.stops) places them in its blocks; omitted: the last two ids")] = None
+    max_tokens: Annotated[int | None, Rule(
+        ge=1, description="the requests' max_tokens: the stops check's budgets past the block are at most this")] = None
     mode: Annotated[Literal["sample", "greedy", "exact"], Rule(
         description="sample: statistical checks of the sampled law; greedy: temperature 0, every sequence must "
         "equal greedy decoding of the target (argmax, ties to the first index); exact: the exact probes of "
@@ -494,6 +500,8 @@ class Scenario(Spec):
             self._check_chain_shape(role, getattr(self, role))
         if self.d2t is not None:
             self._check_map()
+        if self.stop_tokens is not None:
+            self._check_stops()
         self._check_algorithm()
         self._check_lazy()
         self._check_serving()
@@ -594,6 +602,16 @@ class Scenario(Spec):
         if self.mix is not None or self.algorithm == "tree" or self.lazy:
             raise ValueError("d2t: a draft vocabulary goes with chain or block verification of tabular chains; "
                              "allowed without d2t: mix, algorithm tree, kind zipf")
+
+    def _check_stops(self) -> None:
+        """Refuse stop tokens outside the vocabulary, repeated, or none."""
+        assert self.stop_tokens is not None
+        outside = [t for t in self.stop_tokens if t >= self.vocab]
+        if outside:
+            raise ValueError(f"stop_tokens: token {outside[0]} is outside the vocabulary; allowed: ids 0..{self.vocab - 1}")
+        if not self.stop_tokens or len(set(self.stop_tokens)) != len(self.stop_tokens):
+            raise ValueError(f"stop_tokens: {self.stop_tokens}: allowed: one or more distinct ids (omit the key for "
+                             "the last two ids)")
 
     def draft_map(self) -> np.ndarray | None:
         """Return the draft-to-target id map (None: the drafter speaks the target's vocabulary)."""
@@ -808,7 +826,7 @@ class Scenario(Spec):
 
 
 def _drop_unset(body: Any) -> None:
-    """Remove the serving keys left unset (None) from a dumped scenario, at any depth."""
+    """Remove the keys added after the first hashes (serving, stops) left unset (None) from a dumped scenario, at any depth."""
     if isinstance(body, dict):
         for key in _SERVING_KEYS:
             if key in body and body[key] is None:
