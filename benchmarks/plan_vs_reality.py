@@ -19,7 +19,7 @@ from scipy import stats as sps
 from specaudit.analysis import mutant_laws
 from specaudit.analysis import plan as planning
 from specaudit.checks import statistical as checks
-from specaudit.engine import run as runner
+from specaudit.engine.scenario import measure
 from specaudit.laws import chain as exact
 from specaudit.scenarios.catalogue import resolve
 from specaudit.stats import power
@@ -33,7 +33,7 @@ def detection_rate(spec, mutant: str, n: int, alpha: float, runs: int) -> int:
     spec = dataclasses.replace(spec, samples=n)
     hits = 0
     for seed in range(runs):
-        measured = runner.measure(MUTANTS[mutant].func, spec, seed)
+        measured = measure(MUTANTS[mutant].func, spec, seed)
         hits += checks.joint_law(measured).pvalue <= alpha
     return hits
 

@@ -831,17 +831,14 @@ def repro(results: str, out_dir: str) -> None:
     law the run observed. Exits 0 with "nothing to reproduce" when no check failed that way, 4 when
     the file cannot be read or the target no longer imports.
     """
-    from specaudit.reports import repro_scenario
     from specaudit.reports.format import visible
-    from specaudit.reports.repro import TARGET_VARIABLE, build, findings, resolve_target, write_all
+    from specaudit.reports.repro import build_all, collect, write_all
     from specaudit.results import document
 
     doc = document.read_document(results)
-    found, without = findings(doc, str(results))
-    statistical = repro_scenario.findings(doc)
-    covered = {f"{s['name']} / {c}" for s, checks in statistical for c in checks}
-    without = [name for name in without if name not in covered]
-    if not found and not statistical:
+    collected = collect(doc, str(results))
+    without = collected.without
+    if not collected:
         extra = f" ({len(without)} failed check(s) recorded no replayable call: {', '.join(without[:5])})" if without else ""
         click.echo(f"specaudit: nothing to reproduce in {visible(results)}{extra}")
         sys.exit(int(ExitCode.OK))
@@ -850,10 +847,8 @@ def repro(results: str, out_dir: str) -> None:
         raise UsageError(f"{results}: the run went through adapter {settings.get('adapter')!r} / contract "
                          f"{settings.get('contract', 'probs')!r}; repro writes files for the canonical contract "
                          "(--contract probs, no --adapter) only")
-    target = str(doc.get("target", ""))
-    repros, gone = build(doc, found, target) if found else ([], [])
-    scenarios = repro_scenario.build(doc, statistical, resolve_target(target), TARGET_VARIABLE) if statistical else []
-    written = write_all([*repros, *scenarios], out_dir) if repros or scenarios else []
+    repros, scenarios, stops, gone = build_all(doc, collected, str(doc.get("target", "")))
+    written = write_all([*repros, *scenarios, *stops], out_dir) if repros or scenarios or stops else []
     for r in repros:
         b0, k0, v0 = r.shrunk.before
         b1, k1, v1 = r.shrunk.after
@@ -862,6 +857,10 @@ def repro(results: str, out_dir: str) -> None:
     for sr in scenarios:
         click.echo(f"wrote {visible(Path(out_dir) / sr.name)}: {sr.scenario} / {', '.join(sr.checks)}, the scenario "
                    f"re-run at N = {sr.samples:,} (power 0.99 against the observed law)")
+    for st in stops:
+        b0, k0, v0 = st.before
+        click.echo(f"wrote {visible(Path(out_dir) / st.name)}: {st.scenario} / stops ({st.case}), rebuilt from "
+                   f"{b0} row(s), K = {k0}, V = {v0} as 1 forced row, K = {st.after[1]}, V = {st.after[2]}")
     for name in gone:
         click.echo(f"{name}: the recorded call no longer fails on {doc.get('target')}: not written")
     for name in without:

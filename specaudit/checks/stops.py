@@ -38,7 +38,7 @@ from specaudit.contract.stops import FINISHED, LENGTH, RUNNING, STOPPED, Stops, 
 from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
 from specaudit.results import Category, CheckResult, Status
 
-__all__ = ["CASES", "NAME", "not_declared", "run_stops"]
+__all__ = ["CASES", "MIN_DRAFTS", "NAME", "judge_call", "not_declared", "one_row", "run_stops"]
 
 NAME = "stops"
 #: Drafts per row of the check's calls (at least; a scenario with more keeps its own), and the most vocabulary.
@@ -82,9 +82,14 @@ CASES: dict[str, tuple[Case, str]] = {c.name: (c, rule) for c, rule in [
 ]}
 
 
+#: The fewest drafts a case's row needs to show what it tests (a repro rebuilds a failing row with these first).
+MIN_DRAFTS = {"bonus-stop": 1, "stop-past-budget": 3, "stop-at-budget": 1, "no-stop": 1, "no-draft-stop": 1,
+              "no-draft-budget": 1}
+
+
 @dataclass
 class _Call:
-    """One call's inputs and the forced verification of every row."""
+    """One call's inputs and the forced verification of every row, with what built them."""
 
     draft: np.ndarray
     q: np.ndarray
@@ -93,68 +98,106 @@ class _Call:
     stops: Stops
     forced: list[list[int]]  # the tokens each row's verification emits
     cases: list[str]
+    stop_pool: list[int]  # the ids the rows' stop tokens were drawn from
+    cap: int | None  # the scenario's max_tokens
+
+
+@dataclass
+class _Row:
+    draft: np.ndarray  # [K]
+    q: np.ndarray  # [K, V]
+    p: np.ndarray  # [K + 1, V]
+    num_draft: int
+    stop_tokens: list[int]
+    remaining: int
+    emitted: list[int]
+
+
+def _row(case: Case, k: int, vocab: int, rng: np.random.Generator, stop_pool: list[int], cap: int | None) -> _Row:
+    """Return one forced row of ``case`` with ``k`` drafts over ``vocab`` tokens."""
+    plain = [t for t in range(vocab) if t not in stop_pool]  # tokens that are nobody's stop
+    draft = np.zeros(k, dtype=np.int64)
+    q = np.zeros((k, vocab))
+    p = np.zeros((k + 1, vocab))
+    nd = k if case.drafts is None else case.drafts
+    accepted = nd if case.accepted == "all" else int(case.accepted)
+    length = accepted + 1  # tokens the verification emits
+    stops_here = [s % length for s in case.stops_at]
+    chosen = rng.choice(stop_pool, size=min(len(stops_here), len(stop_pool)), replace=False).tolist()
+    emitted = rng.choice(plain, size=length, replace=len(plain) < length).tolist()
+    for pos, stop in zip(stops_here, chosen):
+        emitted[pos] = stop
+    row_stops = [int(t) for t in chosen]
+    if case.rejected_stop:
+        row_stops = [int(rng.choice(stop_pool))]
+    for j in range(nd):  # every position's rows: a law with the draft in its support
+        law = rng.dirichlet(np.ones(vocab))
+        if j < accepted:  # accepted: p = q, the draft emitted
+            draft[j] = emitted[j]
+            q[j], p[j] = law, law
+        elif j == accepted:  # rejected: p = 0 at the draft, a one-hot residual at the emitted token
+            x = row_stops[0] if case.rejected_stop else int(rng.choice([t for t in plain if t != emitted[j]]))
+            draft[j] = x
+            q_row = law.copy()
+            q_row[emitted[j]] = 0.0
+            q_row[x] += 0.5
+            q[j] = q_row / q_row.sum()
+            p[j, emitted[j]] = 1.0
+        else:  # past the rejection: any valid rows
+            draft[j] = int(rng.choice(plain))
+            q[j] = law
+            p[j] = rng.dirichlet(np.ones(vocab))
+    if accepted == nd:  # every draft accepted: a one-hot bonus
+        p[nd, emitted[nd]] = 1.0
+    for j in range(nd + (accepted == nd), k + 1):  # padding past the row's positions: valid, unread
+        p[j] = rng.dirichlet(np.ones(vocab))
+    for j in range(nd, k):
+        q[j] = rng.dirichlet(np.ones(vocab))
+        draft[j] = int(rng.integers(vocab))
+    budget = case.remaining if case.remaining is not None else length + 1 + int(rng.integers(3))
+    remaining = min(budget, cap) if cap is not None and case.remaining is None and cap > length else budget
+    return _Row(draft, q, p, nd, row_stops, int(remaining), [int(t) for t in emitted])
+
+
+def _stack(rows: list[_Row], cases: list[str], stop_pool: list[int], cap: int | None) -> _Call:
+    """Return the call of ``rows`` (stop tokens padded with -1 to the widest row)."""
+    width = max([2, *(len(r.stop_tokens) for r in rows)])
+    tokens = np.full((len(rows), width), -1, dtype=np.int64)
+    for b, r in enumerate(rows):
+        tokens[b, :len(r.stop_tokens)] = r.stop_tokens
+    return _Call(np.stack([r.draft for r in rows]), np.stack([r.q for r in rows]), np.stack([r.p for r in rows]),
+                 np.array([r.num_draft for r in rows], dtype=np.int64),
+                 Stops(tokens, np.array([r.remaining for r in rows], dtype=np.int64)),
+                 [r.emitted for r in rows], cases, stop_pool, cap)
+
+
+def _shape(spec: Any) -> tuple[int, int, list[int], int | None]:
+    """Return the check's K, V, stop-token pool and budget cap for a scenario."""
+    own = [int(t) for t in (getattr(spec, "stop_tokens", None) or [])]
+    vocab = max(min(spec.vocab, MAX_VOCAB), max(own, default=0) + 1, 8)
+    pool = own or [vocab - 1, vocab - 2]  # the scenario's stop tokens, else the last two ids
+    return max(spec.k, MIN_K), vocab, pool, getattr(spec, "max_tokens", None)
 
 
 def _inputs(spec: Any, seed: int) -> _Call:
     """Return the rows of every case, REPEATS each, with fresh token choices."""
     rng = np.random.default_rng([seed, 0x5709])
-    own = list(getattr(spec, "stop_tokens", None) or [])
-    vocab = max(min(spec.vocab, MAX_VOCAB), max(own, default=0) + 1, 8)
-    k = max(spec.k, MIN_K)
-    stop_pool = own or [vocab - 1, vocab - 2]  # the scenario's stop tokens, else the last two ids
-    plain = [t for t in range(vocab) if t not in stop_pool]  # tokens that are nobody's stop
-    cap = getattr(spec, "max_tokens", None)  # the scenario's budget bounds the budgets past the block
-    rows = [case for case, _ in CASES.values() for _ in range(REPEATS)]
-    batch = len(rows)
-    draft = np.zeros((batch, k), dtype=np.int64)
-    q = np.zeros((batch, k, vocab))
-    p = np.zeros((batch, k + 1, vocab))
-    num_draft = np.zeros(batch, dtype=np.int64)
-    tokens = np.full((batch, 2), -1, dtype=np.int64)
-    remaining = np.zeros(batch, dtype=np.int64)
-    forced: list[list[int]] = []
-    for b, case in enumerate(rows):
-        nd = k if case.drafts is None else case.drafts
-        accepted = nd if case.accepted == "all" else int(case.accepted)
-        length = accepted + 1  # tokens the verification emits
-        stops_here = [s % length for s in case.stops_at]
-        chosen = rng.choice(stop_pool, size=min(len(stops_here), len(stop_pool)), replace=False).tolist()
-        emitted = rng.choice(plain, size=length, replace=len(plain) < length).tolist()
-        for pos, stop in zip(stops_here, chosen):
-            emitted[pos] = stop
-        row_stops = list(chosen)
-        if case.rejected_stop:
-            row_stops = [int(rng.choice(stop_pool))]
-        for j in range(nd):  # every position's rows: a law with the draft in its support
-            law = rng.dirichlet(np.ones(vocab))
-            if j < accepted:  # accepted: p = q, the draft emitted
-                draft[b, j] = emitted[j]
-                q[b, j], p[b, j] = law, law
-            elif j == accepted:  # rejected: p = 0 at the draft, a one-hot residual at the emitted token
-                x = row_stops[0] if case.rejected_stop else int(rng.choice([t for t in plain if t != emitted[j]]))
-                draft[b, j] = x
-                q_row = law.copy()
-                q_row[emitted[j]] = 0.0
-                q_row[x] += 0.5
-                q[b, j] = q_row / q_row.sum()
-                p[b, j, emitted[j]] = 1.0
-            else:  # past the rejection: any valid rows
-                draft[b, j] = int(rng.choice(plain))
-                q[b, j] = law
-                p[b, j] = rng.dirichlet(np.ones(vocab))
-        if accepted == nd:  # every draft accepted: a one-hot bonus
-            p[b, nd, emitted[nd]] = 1.0
-        for j in range(nd + (accepted == nd), k + 1):  # padding past the row's positions: valid, unread
-            p[b, j] = rng.dirichlet(np.ones(vocab))
-        for j in range(nd, k):
-            q[b, j] = rng.dirichlet(np.ones(vocab))
-            draft[b, j] = int(rng.integers(vocab))
-        num_draft[b] = nd
-        tokens[b, :len(row_stops)] = row_stops
-        budget = case.remaining if case.remaining is not None else length + 1 + int(rng.integers(3))
-        remaining[b] = min(budget, cap) if cap is not None and case.remaining is None and cap > length else budget
-        forced.append(emitted)
-    return _Call(draft, q, p, num_draft, Stops(tokens, remaining), forced, [c.name for c in rows])
+    k, vocab, pool, cap = _shape(spec)
+    cases = [case for case, _ in CASES.values() for _ in range(REPEATS)]
+    return _stack([_row(case, k, vocab, rng, pool, cap) for case in cases], [c.name for c in cases], pool, cap)
+
+
+def one_row(case: str, k: int, vocab: int, stop_pool: list[int], cap: int | None, seed: int) -> _Call:
+    """Return a call of one forced row of ``case`` (what a repro of the check rebuilds, at the fewest drafts)."""
+    rng = np.random.default_rng([seed, 0x5709, k])
+    return _stack([_row(CASES[case][0], k, vocab, rng, stop_pool, cap)], [case], stop_pool, cap)
+
+
+def judge_call(verify: Callable[..., Any], canonical: Callable[..., Any], call: _Call, seed: int) -> CheckResult:
+    """Call ``verify`` with and ``canonical`` without the stops on ``call`` and return the check's verdict (unguarded)."""
+    plain = _call(canonical, call, seed)
+    stopped = _call(verify, call, seed, Stops(call.stops.tokens.copy(), call.stops.remaining.copy()))
+    return _judge(call, plain, stopped)
 
 
 def not_declared() -> CheckResult:
@@ -224,6 +267,8 @@ def _judge(call: _Call, plain: Any, stopped: Any) -> CheckResult:
                f"remaining {int(call.stops.remaining[b])}: expected {want_out[b, :want_n[b]].tolist()} finished "
                f"{FINISHED[int(want_finished[b])]}, got {out[b, :n_out[b]].tolist()} finished {FINISHED[int(finished[b])]}: "
                f"{CASES[case][1]}")
+    data["stops_call"] = {"case": case, "k": int(call.draft.shape[1]), "vocab": vocab, "stop_pool": call.stop_pool,
+                          "cap": call.cap, "rows": len(call.cases)}
     return result_of(NAME, Category.CONTRACT, False, summary, **data, wrong=len(wrong), by_case=by_case,
                      example={"row": b, "case": case, "emitted": out0[b, :n0[b]].tolist(), "stop_tokens": stops,
                               "remaining": int(call.stops.remaining[b]),

@@ -29,11 +29,12 @@ from specaudit.analysis.shrink import Shrunk, shrink
 from specaudit.checks.replay import REPEATS, RULES, Call, agree_chance, make_rng
 from specaudit.contract.targets import import_string, load_target
 from specaudit.errors import ResultsFileError
-from specaudit.reports import repro_scenario
+from specaudit.reports import repro_scenario, repro_stops
 from specaudit.reports.repro_scenario import ScenarioRepro
+from specaudit.reports.repro_stops import StopsRepro
 
-__all__ = ["INLINE_NUMBERS", "Finding", "Repro", "build", "data_file", "findings", "inputs_of", "render", "resolve_target",
-           "write_all"]
+__all__ = ["INLINE_NUMBERS", "Collected", "Finding", "Repro", "build", "build_all", "collect", "data_file", "findings",
+           "inputs_of", "render", "resolve_target", "write_all"]
 
 #: Environment variable that names another target for a generated file (``pkg.mod:attr`` or ``file.py:attr``).
 TARGET_VARIABLE = "SPECAUDIT_REPRO_TARGET"
@@ -77,6 +78,40 @@ def findings(doc: Mapping[str, Any], source: str = "results document") -> tuple[
                 raise ResultsFileError(f"{source}: scenario {s['name']!r} check {c['name']!r}: {exc}") from None
             found.append(Finding(s["name"], c["name"], c.get("summary", ""), call))
     return found, without
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What a results document has to reproduce, by kind, and the failed checks no kind covers."""
+
+    exact: list[Finding]  # failed exact checks with a recorded call
+    statistical: list[tuple[Mapping[str, Any], tuple[str, ...]]]  # scenarios with failed statistical checks
+    stops: list[tuple[Mapping[str, Any], Mapping[str, Any]]]  # failed stops checks
+    without: list[str]  # "scenario / check" of the other failed checks
+
+    def __bool__(self) -> bool:
+        return bool(self.exact or self.statistical or self.stops)
+
+
+def collect(doc: Mapping[str, Any], source: str = "results document") -> Collected:
+    """Return every finding of ``doc`` a repro can be written for, by kind (``specaudit repro`` and ``run --repro``)."""
+    found, without = findings(doc, source)
+    statistical = repro_scenario.findings(doc)
+    stopped = repro_stops.findings(doc)
+    covered = ({f"{s['name']} / {c}" for s, checks in statistical for c in checks}
+               | {f"{s['name']} / stops" for s, _ in stopped})
+    return Collected(found, statistical, stopped, [name for name in without if name not in covered])
+
+
+def build_all(doc: Mapping[str, Any], collected: Collected,
+              target: str) -> tuple[list[Repro], list[ScenarioRepro], list[StopsRepro], list[str]]:
+    """Render every kind's repros against ``target``; return them and the findings that no longer fail there."""
+    repros, gone = build(doc, collected.exact, target) if collected.exact else ([], [])
+    path = resolve_target(target)
+    scenarios = repro_scenario.build(doc, collected.statistical, path, TARGET_VARIABLE) if collected.statistical else []
+    stops, gone_stops = (repro_stops.build(doc, collected.stops, target, path, TARGET_VARIABLE) if collected.stops
+                         else ([], []))
+    return repros, scenarios, stops, gone + gone_stops
 
 
 def resolve_target(spec: str) -> str:
@@ -448,7 +483,7 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any], data
     )
 
 
-def write_all(repros: Sequence[Repro | ScenarioRepro], out_dir: str | Path) -> list[Path]:
+def write_all(repros: Sequence[Repro | ScenarioRepro | StopsRepro], out_dir: str | Path) -> list[Path]:
     """Write every repro into ``out_dir``: rendered into a temporary folder beside it, then moved in (nothing half-written)."""
     out = Path(out_dir)
     if out.is_dir():  # staged inside it, then moved in file by file
@@ -487,26 +522,22 @@ def for_run(doc: Mapping[str, Any], out_dir: str | Path) -> tuple[dict[str, list
     """
     from specaudit.errors import SpecauditError
 
-    found, without = findings(doc)
-    statistical = repro_scenario.findings(doc)
-    covered = {f"{s['name']} / {c}" for s, checks in statistical for c in checks}
+    collected = collect(doc)
     lines = [f"--repro: {name}: no replayable call recorded (a multi-call finding): not written"
-             for name in without if name not in covered]
-    if not found and not statistical:
+             for name in collected.without]
+    if not collected:
         return {}, lines
     settings = doc.get("settings") or {}
     if settings.get("adapter") or settings.get("contract", "probs") != "probs":
         return {}, lines + [f"--repro: the run went through adapter {settings.get('adapter')!r} / contract "
                             f"{settings.get('contract', 'probs')!r}; repro files are written for the canonical "
                             "contract only: none written"]
-    target = str(doc.get("target", ""))
     try:
-        repros, gone = build(doc, found, target) if found else ([], [])
-        scenarios = repro_scenario.build(doc, statistical, resolve_target(target), TARGET_VARIABLE) if statistical else []
+        repros, scenarios, stops, gone = build_all(doc, collected, str(doc.get("target", "")))
     except SpecauditError as exc:
         return {}, lines + [f"--repro: none written: {exc}"]
     try:
-        written = write_all([*repros, *scenarios], out_dir) if repros or scenarios else []
+        written = write_all([*repros, *scenarios, *stops], out_dir) if repros or scenarios or stops else []
     except OSError as exc:  # probed before the run; the disk may still fill or the folder go away since
         return {}, lines + [f"--repro: none written: cannot write into {out_dir} ({exc.strerror or exc})"]
     per: dict[str, list[dict[str, str]]] = {}
@@ -517,5 +548,8 @@ def for_run(doc: Mapping[str, Any], out_dir: str | Path) -> tuple[dict[str, list
     for sr, path in zip(scenarios, written[len(repros):]):
         per.setdefault(sr.scenario, []).append({"name": sr.name, "check": ", ".join(sr.checks)})
         lines.append(f"wrote {path}: statistical repro of {sr.scenario} / {', '.join(sr.checks)} (N = {sr.samples:,})")
+    for st, path in zip(stops, written[len(repros) + len(scenarios):]):
+        per.setdefault(st.scenario, []).append({"name": st.name, "check": "stops"})
+        lines.append(f"wrote {path}: repro of {st.scenario} / stops ({st.case}: 1 row, K = {st.after[1]}, V = {st.after[2]})")
     lines += [f"--repro: {name}: the recorded call no longer fails on the target: not written" for name in gone]
     return per, lines

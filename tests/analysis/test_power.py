@@ -16,7 +16,7 @@ from scipy import stats as sps
 import specaudit
 from specaudit.analysis import mutant_laws, power
 from specaudit.analysis import plan as planning
-from specaudit.engine import run as runner
+from specaudit.engine.scenario import measure
 from specaudit.errors import UsageError
 from specaudit.laws import chain as exact
 from specaudit.laws import mutants as kernel_laws
@@ -140,7 +140,7 @@ def test_kernel_law_matches_the_simulated_mutant(mutant):
     spec = spec_of("ragged-v4")
     law = mutant_laws.mutant_law(spec, mutant)
     assert law.method == "exact"
-    counts = runner.measure(mutant_laws.mutant_entry(mutant).func, dataclasses.replace(spec, samples=40_000), 9).joint.counts
+    counts = measure(mutant_laws.mutant_entry(mutant).func, dataclasses.replace(spec, samples=40_000), 9).joint.counts
     assert stats.goodness_of_fit(counts, law.probs).pvalue > 1e-4
     assert stats.goodness_of_fit(counts, target_law(spec)).pvalue < 1e-12
 
@@ -153,7 +153,7 @@ def test_simulated_law_counts_are_those_a_run_measures(mutant):
     counts = mutant_laws._simulated_counts(spec, mutant, 20_000, 3)
     sized = dataclasses.replace(spec, samples=20_000)
     seed = mutant_laws.simulation_seed(spec, mutant, 3)
-    np.testing.assert_array_equal(counts, runner.measure(mutant_laws.mutant_entry(mutant).func, sized, seed).joint.counts)
+    np.testing.assert_array_equal(counts, measure(mutant_laws.mutant_entry(mutant).func, sized, seed).joint.counts)
     assert counts.sum() == 20_000
 
 
@@ -240,7 +240,7 @@ def test_plan_agrees_with_reality(scenario, mutant):
     predicted = spower.simulated_power(mutant_laws.mutant_joint_law(spec, mutant), target_law(spec), n, 1e-3)
     sized = dataclasses.replace(spec, samples=n)
     hits = sum(
-        checks.joint_law(runner.measure(MUTANTS[mutant].func, sized, seed)).pvalue <= 1e-3 for seed in range(100)
+        checks.joint_law(measure(MUTANTS[mutant].func, sized, seed)).pvalue <= 1e-3 for seed in range(100)
     )
     assert abs(hits / 100 - predicted) <= 0.05, (n, predicted, hits)
 
