@@ -50,6 +50,7 @@ _ZOOS = {
     "logits": "a logits mutant (the logits contract; its law depends on the processing, not a chain kernel)",
     "tree": "a tree/block mutant (tree and block algorithms, not the chain rule)",
     "stops": "a stop mutant (lossless tokens; only the exact stops check sees which tokens a request keeps)",
+    "loop": "a loop mutant (the loop contract: its law is a whole trace's, not a chain kernel's)",
 }
 
 

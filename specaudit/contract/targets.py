@@ -52,6 +52,7 @@ ALIASES.register("reference-logits", Alias("specaudit.verifiers.logits:verify_re
 # run with --contract draft-vocab
 ALIASES.register("reference-draft-vocab", Alias("specaudit.verifiers.vocab:verify", scenarios=("tag:draft-vocab",)))
 ALIASES.register("reference-stops", Alias("specaudit.verifiers.stops:verify", scenarios=("tag:stops",)))
+ALIASES.register("reference-loop", Alias("specaudit.verifiers.loop:verify", scenarios=("tag:loop",)))
 ALIASES.register(
     "hf-transformers", Alias("transformers.generation.utils:_speculative_sampling", "hf", ("tag:hf", "corners"))
 )

@@ -64,7 +64,7 @@ CLAUSES: dict[str, str] = {
 }
 
 #: The contracts a verifier can follow; a scenario's algorithm picks one.
-CONTRACTS = ("chain", "tree")
+CONTRACTS = ("chain", "tree", "loop")
 #: Which contract each scenario algorithm drives (block verification keeps the chain contract).
 CONTRACT_OF_ALGORITHM = {"chain": "chain", "block": "chain", "tree": "tree"}
 
@@ -175,9 +175,16 @@ def check_compatible(func: Callable[..., Any], label: str, scenarios: Iterable[A
         _check_tree_arity(func, label, payload)
     for loaded in scenarios:
         algorithm = getattr(loaded.spec, "algorithm", "chain")
-        want = CONTRACT_OF_ALGORITHM[algorithm]
+        looped = getattr(loaded.spec, "mode", "sample") == "loop"
+        want = "loop" if looped else CONTRACT_OF_ALGORITHM[algorithm]
         if want != have:
-            if have == "chain":
+            drives = "mode: loop" if looped else f"algorithm: {algorithm}"
+            if want == "loop":
+                fix = ("pass a loop target loop(trace, models, rng) -> {request id: tokens} declaring "
+                       "specaudit_contract = 'loop' (see specaudit.contract.loop), or choose other scenarios")
+            elif have == "loop":
+                fix = "a loop target runs mode: loop scenarios only (e.g. -s tag:loop)"
+            elif have == "chain":
                 fix = (
                     "pass a tree verifier verify(tokens, parent, q, p, num_nodes, rng) (see specaudit.contract.tree), "
                     "or choose chain/block scenarios (e.g. drop -s tag:tree)"
@@ -188,7 +195,7 @@ def check_compatible(func: Callable[..., Any], label: str, scenarios: Iterable[A
                     "(-s tag:tree)"
                 )
             raise UsageError(
-                f"{loaded.path}: scenario {loaded.name!r} has algorithm: {algorithm}, which drives the "
+                f"{loaded.path}: scenario {loaded.name!r} has {drives}, which drives the "
                 f"{want} contract, but TARGET {label!r} follows the {have} contract; {fix}"
             )
 

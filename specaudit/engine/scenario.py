@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from specaudit.checks import bad_rows, evaluate, logprobs, probes, seeded, stops, tree_probes
+from specaudit.checks import loop as loop_checks
 from specaudit.checks.statistical import Measured
 from specaudit.contract.guard import guarded
 from specaudit.contract.logits import logprobs_of
@@ -111,6 +112,21 @@ def _probe(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
         scenario = to_data(spec, exclude_none=True)
         result = dataclasses.replace(result, info={**result.info, "scenario": scenario})
     return result
+
+
+def _looped(task: Task, spec: Scenario, settings: RunSettings) -> ScenarioResult:
+    """Run a ``mode: loop`` scenario's trace through the loop target; a crash or hang becomes the result's error."""
+    done = loop_checks.run_loop(guarded(task.verify, settings.timeout, task.place), spec.loop_trace(),
+                                spec.loop_models(), spec.samples, task.seed)
+    return dataclasses.replace(
+        base_result(task.loaded, spec, task.seed),
+        checks=done.checks,
+        error=None if done.error is None else ErrorInfo.from_exception(done.error),
+        seconds=done.verifier_seconds,
+        verifier_seconds=done.verifier_seconds,
+        calls=done.calls,
+        info={"mode": "loop", **done.info},
+    )
 
 
 def _declared(task: Task, spec: Scenario, settings: RunSettings) -> probes.ExactOutcome:
@@ -247,9 +263,9 @@ def run_scenarios(
     verifies: list[Callable[..., Any]] = []  # each unit's guarded verifier, for its contract probes
     for t, task in enumerate(tasks):
         spec = measured_spec(task, settings)
-        if spec.mode == "exact":  # exact probes, no simulation (specaudit.checks.probes)
+        if spec.mode in ("exact", "loop"):  # exact probes, or a loop target's trace: no blocks
             yield Started(t)
-            slots[t] = _probe(task, spec, settings)
+            slots[t] = _probe(task, spec, settings) if spec.mode == "exact" else _looped(task, spec, settings)
             continue
         verify = guarded(task.verify, settings.timeout, task.place)
         verifies.append(verify)

@@ -59,6 +59,10 @@ def resolve_scenarios(scenarios: Sequence[ScenarioLike] | ScenarioLike | None,
             out = [dataclasses.replace(item, spec=dataclasses.replace(item.spec, convention=settings.convention))
                    for item in out]
         check_certifiable(out, settings)
+        looped = next((item for item in out if item.spec.mode == "loop"), None)
+        if looped is not None and settings.shard is not None:
+            raise UsageError(f"--shard {settings.shard[0]}/{settings.shard[1]}: scenario {looped.name} ({looped.path}) "
+                             "is mode: loop, whose trace runs whole in one process; run it without --shard")
     return out
 
 

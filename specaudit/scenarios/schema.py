@@ -329,7 +329,7 @@ class Sampling(Spec):
 
 #: The keys of :class:`Sampling` and of a scenario that are left out of the content hash when unset.
 _SERVING_KEYS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "allowed_tokens", "mix",
-                 "stop_tokens", "max_tokens")
+                 "stop_tokens", "max_tokens", "loop")
 #: Largest joint state space (history states of a penalised target x drafter states) of one request class: the
 #: exact round laws hold dense [S, S] kernels (2048 states: 32 MiB each).
 MAX_HISTORY_STATES = 2048
@@ -436,6 +436,57 @@ class TreeSpec(Spec):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Preemption(Spec):
+    """A request out of the batch from ``step`` until ``resume`` (its history kept)."""
+
+    step: Annotated[int, Rule(ge=0)]
+    resume: Annotated[int, Rule(ge=1)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopRequest(Spec):
+    """One request of a loop trace (its id is its index in ``requests``)."""
+
+    prompt: Annotated[list[Annotated[int, Rule(ge=0)]], Rule(description="the request's prompt token ids")]
+    arrive: Annotated[int, Rule(ge=0, description="the first step the request is in the batch")] = 0
+    max_tokens: Annotated[int | None, Rule(ge=1, description="its budget (omitted: the scenario's max_tokens, else "
+                                           "its length)")] = None
+    finish: Annotated[int | None, Rule(ge=0, description="the step at which the client ends it (its output then "
+                                       "has no law to test)")] = None
+    preempt: Annotated[list[Preemption], Rule(json_schema_extra={"default": []})] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reorder(Spec):
+    """The batch order at ``step``: an order of every request id."""
+
+    step: Annotated[int, Rule(ge=0)]
+    order: list[Annotated[int, Rule(ge=0)]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrammarMask(Spec):
+    """Once ``after`` is in a request's history, only ``allowed`` may follow."""
+
+    after: Annotated[int, Rule(ge=0)]
+    allowed: Annotated[list[Annotated[int, Rule(ge=0)]], Rule(min_length=1)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopSpec(Spec):
+    """The trace a ``mode: loop`` scenario runs through a loop target (specaudit.contract.loop)."""
+
+    requests: Annotated[list[LoopRequest], Rule(min_length=1, max_length=64)]
+    reorders: Annotated[list[Reorder], Rule(json_schema_extra={"default": []})] = field(default_factory=list)
+    repetition_penalty: Annotated[float, Rule(gt=0.0, le=100.0, strict=False, description="each token already in the "
+                                              "history has its probability raised to this power")] = 1.0
+    mask: Annotated[GrammarMask | None, Rule(description="a grammar mask that applies once a token is in the history")] = None
+    position_temperatures: Annotated[list[Annotated[float, Rule(gt=0.0, le=100.0, strict=False)]], Rule(
+        min_length=1, max_length=16, description="the target's temperature by context length n: "
+        "position_temperatures[n % len] (a model with positions; [1.0]: none)")] = field(default_factory=lambda: [1.0])
+
+
+@dataclass(frozen=True, kw_only=True)
 class AdapterSpec(Spec):
     """How a scenario drives its target: an adapter (specaudit.adapters) and its options."""
 
@@ -477,15 +528,17 @@ class Scenario(Spec):
     convention: Annotated[Annotated[str, Check(_known_convention)] | None, Rule(
         description="the engine whose non-speculative sampler is the reference: the order of top-k, top-p and min-p "
         "(specaudit.chains.processing.CONVENTIONS: hf, vllm, sglang; omitted: hf); --convention overrides it")] = None
+    loop: Annotated[LoopSpec | None, Rule(description="the request trace of a mode: loop scenario (required there)")] = None
     stop_tokens: Annotated[list[Annotated[int, Rule(ge=0)]] | None, Rule(
         description="the requests' stop token ids (EOS, stop_token_ids), each in 0..vocab-1: the stops check of a "
         "verifier declaring the stops contract (verify.stops) places them in its blocks; omitted: the last two ids")] = None
     max_tokens: Annotated[int | None, Rule(
         ge=1, description="the requests' max_tokens: the stops check's budgets past the block are at most this")] = None
-    mode: Annotated[Literal["sample", "greedy", "exact"], Rule(
+    mode: Annotated[Literal["sample", "greedy", "exact", "loop"], Rule(
         description="sample: statistical checks of the sampled law; greedy: temperature 0, every sequence must "
         "equal greedy decoding of the target (argmax, ties to the first index); exact: the exact probes of "
-        "specaudit.checks.probes (corners, contract, adversarial uniforms) on this vocab, k and these chains")] = "sample"
+        "specaudit.checks.probes (corners, contract, adversarial uniforms) on this vocab, k and these chains; loop: "
+        "the request trace of `loop` through a loop target (specaudit.contract.loop), samples runs")] = "sample"
 
     def _check(self) -> None:
         if isinstance(self.drafts, int) and self.drafts > self.k:
@@ -502,6 +555,11 @@ class Scenario(Spec):
             self._check_map()
         if self.stop_tokens is not None:
             self._check_stops()
+        if (self.mode == "loop") != (self.loop is not None):
+            raise ValueError("loop: required with mode: loop (the request trace), and only there" if self.mode == "loop"
+                             else "loop: a request trace goes with mode: loop; allowed: mode: loop, or no loop key")
+        if self.loop is not None:
+            self._check_loop()
         self._check_algorithm()
         self._check_lazy()
         self._check_serving()
@@ -612,6 +670,70 @@ class Scenario(Spec):
         if not self.stop_tokens or len(set(self.stop_tokens)) != len(self.stop_tokens):
             raise ValueError(f"stop_tokens: {self.stop_tokens}: allowed: one or more distinct ids (omit the key for "
                              "the last two ids)")
+
+    def _check_loop(self) -> None:
+        """Refuse a trace that no loop can run: tokens outside V, a finish before the arrival, a reorder that is no
+        permutation of the request ids, a preemption that does not resume, outputs too many to enumerate."""
+        assert self.loop is not None
+        v, ids = self.vocab, len(self.loop.requests)
+        if self.algorithm != "chain" or self.lazy or self.mix is not None or self.d2t is not None:
+            raise ValueError("loop: a loop trace runs chain verification of tabular chains; allowed without loop: "
+                             "algorithm block or tree, kind zipf, mix, d2t")
+        for i, r in enumerate(self.loop.requests):
+            where = f"loop.requests[{i}]"
+            bad = [t for t in r.prompt if t >= v]
+            if bad:
+                raise ValueError(f"{where}.prompt: token {bad[0]} is outside the vocabulary; allowed: ids 0..{v - 1}")
+            if r.finish is not None and r.finish <= r.arrive:
+                raise ValueError(f"{where}.finish: {r.finish} is not after its arrive = {r.arrive}: a request cannot "
+                                 "finish before it arrives; allowed: finish > arrive")
+            for j, pre in enumerate(r.preempt):
+                if pre.step < r.arrive or pre.resume <= pre.step:
+                    raise ValueError(f"{where}.preempt[{j}]: step {pre.step}, resume {pre.resume}; allowed: "
+                                     f"arrive ({r.arrive}) <= step < resume")
+            cap = self.request_budget(r)
+            outputs = sum(v ** n for n in range(1, cap + 1))
+            if outputs > 200_000:
+                raise ValueError(f"{where}.max_tokens: {cap} tokens over vocab {v} are up to {outputs:,} outputs to "
+                                 "enumerate; allowed: at most 200,000 (fewer tokens or a smaller vocab)")
+        for i, re_ in enumerate(self.loop.reorders):
+            if sorted(re_.order) != list(range(ids)):
+                raise ValueError(f"loop.reorders[{i}].order: {re_.order} is not a permutation of the request ids "
+                                 f"0..{ids - 1}")
+        steps = [re_.step for re_ in self.loop.reorders]
+        if len(set(steps)) != len(steps):
+            raise ValueError(f"loop.reorders: steps {steps} repeat; allowed: one order per step")
+        if self.loop.mask is not None:
+            bad = [t for t in (self.loop.mask.after, *self.loop.mask.allowed) if t >= v]
+            if bad:
+                raise ValueError(f"loop.mask: token {bad[0]} is outside the vocabulary; allowed: ids 0..{v - 1}")
+
+    def request_budget(self, request: LoopRequest) -> int:
+        """Return a loop request's max_tokens: its own, else the scenario's, else its length."""
+        if request.max_tokens is not None:
+            return request.max_tokens
+        return self.max_tokens if self.max_tokens is not None else self.length
+
+    def loop_models(self) -> Any:
+        """Return the :class:`specaudit.contract.loop.Models` a ``mode: loop`` scenario's trace runs on."""
+        from specaudit.contract.loop import Models
+
+        assert self.loop is not None
+        target, draft = self.chains()
+        return Models(target, draft, tuple(self.loop.position_temperatures))
+
+    def loop_trace(self) -> Any:
+        """Return the :class:`specaudit.contract.loop.Trace` of a ``mode: loop`` scenario."""
+        from specaudit.contract.loop import Request, Trace
+
+        assert self.loop is not None
+        loop = self.loop
+        requests = tuple(Request(i, tuple(r.prompt), r.arrive, self.request_budget(r), r.finish,
+                                 tuple((p.step, p.resume) for p in r.preempt)) for i, r in enumerate(loop.requests))
+        return Trace(requests, self.k, self.vocab, tuple(self.stop_tokens or ()), float(loop.repetition_penalty),
+                     None if loop.mask is None else loop.mask.after,
+                     () if loop.mask is None else tuple(loop.mask.allowed),
+                     {re_.step: tuple(re_.order) for re_ in loop.reorders})
 
     def draft_map(self) -> np.ndarray | None:
         """Return the draft-to-target id map (None: the drafter speaks the target's vocabulary)."""

@@ -279,13 +279,14 @@ def test_get_suggests_close_name():
 def test_one_registry_holds_every_zoo():
     from specaudit.verifiers import zoo
     from specaudit.verifiers.zoo import logits as logits_zoo
+    from specaudit.verifiers.zoo import loop as loop_zoo
     from specaudit.verifiers.zoo import seeded as seeded_zoo
     from specaudit.verifiers.zoo import stops as stops_zoo
     from specaudit.verifiers.zoo import tree as tree_zoo
     from specaudit.verifiers.zoo import vocab as vocab_zoo
 
-    families = {"chain": MUTANTS, "logits": logits_zoo.MUTANTS, "seeded": seeded_zoo.MUTANTS, "stops": stops_zoo.MUTANTS,
-                "tree": tree_zoo.MUTANTS, "draft-vocab": vocab_zoo.MUTANTS}
+    families = {"chain": MUTANTS, "logits": logits_zoo.MUTANTS, "loop": loop_zoo.MUTANTS, "seeded": seeded_zoo.MUTANTS,
+                "stops": stops_zoo.MUTANTS, "tree": tree_zoo.MUTANTS, "draft-vocab": vocab_zoo.MUTANTS}
     assert list(zoo.MUTANTS) == [name for fam in families.values() for name in fam]  # definition order
     for family, members in families.items():
         assert zoo.family(family) == members
@@ -306,6 +307,7 @@ def test_one_registry_holds_every_zoo():
     assert {m.algorithm for m in tree_zoo.MUTANTS.values()} == {"tree", "block"}
     assert len(seeded_zoo.MUTANTS) == 3 and all(m.seeded for m in seeded_zoo.MUTANTS.values())
     assert {m.contract for m in stops_zoo.MUTANTS.values()} == {"stops"} and all(m.func.stops for m in stops_zoo.MUTANTS.values())
+    assert len(loop_zoo.MUTANTS) == 5 and all(m.func.specaudit_contract == "loop" for m in loop_zoo.MUTANTS.values())
     # a zoo-restricted lookup names only that zoo's mutants, as power and diagnosis need
     with pytest.raises(KeyError, match=r"unknown mutant 'unprocessed_q'; known: resample_from_p, "):
         mutants.get("unprocessed_q")

@@ -26,7 +26,7 @@ Kind = Literal["distribution", "boundary", "lossless-control"]
 #: What must catch a mutant: a law check, a boundary probe, or the efficiency checks alone.
 KINDS: tuple[str, ...] = ("distribution", "boundary", "lossless-control")
 #: The zoo modules, by the scenarios they run on: chain rule (probs), logits contract, tree/block, seeded requests.
-ZOOS: tuple[str, ...] = ("chain", "logits", "tree", "seeded", "draft-vocab", "stops")
+ZOOS: tuple[str, ...] = ("chain", "logits", "tree", "seeded", "draft-vocab", "stops", "loop")
 Verifier = Callable[..., tuple[np.ndarray, np.ndarray]]
 
 
@@ -53,10 +53,10 @@ class Mutant:
 
     @property
     def zoo(self) -> str:
-        """Return the zoo module the mutant belongs to: ``chain``, ``logits``, ``tree``, ``seeded``, ``draft-vocab`` or ``stops``."""
+        """Return the zoo module the mutant belongs to: ``chain``, ``logits``, ``tree``, ``seeded``, ``draft-vocab``, ``stops`` or ``loop``."""
         if self.seeded:
             return "seeded"
-        if self.contract in ("logits", "draft-vocab", "stops"):
+        if self.contract in ("logits", "draft-vocab", "stops", "loop"):
             return self.contract
         return "chain" if self.algorithm == "chain" else "tree"
 
@@ -70,7 +70,7 @@ MUTANTS: Registry[Mutant] = Registry("mutant")
 
 #: How an unknown name is reported per zoo (the chain zoo's message is the registry's own).
 _WHAT = {"chain": "mutant", "logits": "logits mutant", "tree": "tree mutant", "seeded": "seeding mutant",
-         "draft-vocab": "draft-vocabulary mutant", "stops": "stop mutant"}
+         "draft-vocab": "draft-vocabulary mutant", "stops": "stop mutant", "loop": "loop mutant"}
 
 
 def register(
