@@ -132,7 +132,8 @@ def first_divergence(trace: Trace, models: Models, request: Any,
             if n < PREFIX_MIN:
                 continue
             history = list(request.prompt) + list(prefix)
-            law = process(models.target([history])[0], trace, history)
+            law = process(models.target([history])[0], trace, history, generated=len(prefix),
+                          min_tokens=request.min_tokens)
             fit = gof.goodness_of_fit(row, law)
             if fit.pvalue < PREFIX_LEVEL:
                 return {"position": j, "prefix": list(prefix), "n": n,

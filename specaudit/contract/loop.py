@@ -56,6 +56,7 @@ class Request:
     max_tokens: int = 4
     finish: int | None = None  # the step at which the client ends it (None: it runs to a stop or its budget)
     preempt: tuple[tuple[int, int], ...] = ()  # (step, resume step): out of the batch from step to resume - 1
+    min_tokens: int = 0  # no stop token before this many tokens
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class Trace:
     mask_after: int | None = None  # the token after which only mask_allowed may follow
     mask_allowed: tuple[int, ...] = ()
     reorders: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # step -> order of request ids
+    no_repeat_ngram: int = 0  # no n-gram of this size twice in a history (0: off)
+    bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences that must not appear
 
     def in_batch(self, request: Request, step: int) -> bool:
         """Return whether ``request`` (not yet ended) is in the batch at ``step``."""
@@ -129,20 +132,35 @@ class Models:
         return np.array([self._draft.dist[self._state(self._draft, h)] for h in histories]).reshape(-1, self.vocab)
 
 
-def process(p: np.ndarray, trace: Trace, history: Sequence[int], mask_history: Sequence[int] | None = None) -> np.ndarray:
-    """Return the processed target law after ``history``: the repetition penalty, then the grammar mask, renormalised.
+def process(p: np.ndarray, trace: Trace, history: Sequence[int], mask_history: Sequence[int] | None = None, *,
+            generated: int = 0, min_tokens: int = 0) -> np.ndarray:
+    """Return the processed target law after ``history``, renormalised.
 
-    ``mask_history`` is what the mask reads (default: ``history``, as the contract says).
+    In order: the repetition penalty over ``history``; then, reading ``mask_history`` (default:
+    ``history``, as the contract says), the grammar mask, the ban of every token that would repeat
+    an n-gram (``no_repeat_ngram``, HF's rule) and of every token that would complete a bad word;
+    and while ``generated < min_tokens`` the ban of every stop token (vLLM's ``MinTokensLogitsProcessor``).
     """
     law = np.array(p, dtype=np.float64)
     seen = sorted({int(t) for t in history})
     if trace.repetition_penalty != 1.0 and seen:
         law[seen] = law[seen] ** trace.repetition_penalty
-    read = history if mask_history is None else mask_history
+    read = [int(t) for t in (history if mask_history is None else mask_history)]
+    banned: set[int] = set()
     if trace.mask_after is not None and trace.mask_after in read:
-        keep = np.zeros(law.shape[-1], dtype=bool)
-        keep[list(trace.mask_allowed)] = True
-        law = np.where(keep, law, 0.0)
+        banned |= set(range(law.shape[-1])) - set(trace.mask_allowed)
+    n = trace.no_repeat_ngram
+    if n >= 1 and len(read) >= n - 1:
+        tail = read[len(read) - n + 1:] if n > 1 else []
+        banned |= {read[i + n - 1] for i in range(len(read) - n + 1) if read[i:i + n - 1] == tail}
+    for word in trace.bad_words:
+        prefix = [int(t) for t in word[:-1]]
+        if not prefix or read[max(len(read) - len(prefix), 0):] == prefix:
+            banned.add(int(word[-1]))
+    if generated < min_tokens:
+        banned |= set(trace.stop_tokens)
+    if banned:
+        law[sorted(banned)] = 0.0
     total = law.sum()
     return law / total if total > 0 else law
 

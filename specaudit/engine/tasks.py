@@ -22,6 +22,7 @@ from specaudit.checks.statistical import has_joint_law
 from specaudit.engine.settings import MAX_SAMPLES, RunSettings
 from specaudit.errors import ScenarioError, UsageError
 from specaudit.laws.chain import joint_probabilities
+from specaudit.laws.loop import request_law
 from specaudit.scenarios.catalogue import resolve
 from specaudit.scenarios.loading import LoadedScenario
 from specaudit.scenarios.schema import Scenario
@@ -108,6 +109,15 @@ def preflight(loaded: LoadedScenario, limit: int | None = None) -> None:
     """
     limit = memory_limit() if limit is None else limit
     spec = loaded.spec
+    if spec.mode == "loop":  # a trace whose processing bans every next token somewhere: no loop can run it
+        trace, models = spec.loop_trace(), spec.loop_models()
+        for request in trace.requests:
+            try:
+                request_law(trace, request, models)
+            except ValueError as exc:
+                raise ScenarioError(f"{loaded.path}:{loaded.key_line('loop')}: loop: {exc}; allowed: processing that "
+                                    "leaves a token to emit after every history (fewer stop tokens, bans or a "
+                                    "larger vocab)") from None
     needs = spec.memory_needs()
     total = sum(n for n, _ in needs)
     if limit is None or total <= limit:

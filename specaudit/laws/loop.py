@@ -31,7 +31,10 @@ def request_law(trace: Trace, request: Request, models: Models) -> tuple[list[tu
 
     def walk(tokens: list[int], mass: float) -> None:
         history = list(request.prompt) + tokens
-        law = process(models.target([history])[0], trace, history)
+        law = process(models.target([history])[0], trace, history, generated=len(tokens), min_tokens=request.min_tokens)
+        if not law.sum() > 0:
+            raise ValueError(f"request {request.id}: the processing bans every token after {list(tokens)} (prompt "
+                             f"{list(request.prompt)}): no loop can emit its next token")
         for token in np.flatnonzero(law > 0).tolist():
             here = mass * float(law[token])
             grown = [*tokens, token]

@@ -454,6 +454,7 @@ class LoopRequest(Spec):
     finish: Annotated[int | None, Rule(ge=0, description="the step at which the client ends it (its output then "
                                        "has no law to test)")] = None
     preempt: Annotated[list[Preemption], Rule(json_schema_extra={"default": []})] = field(default_factory=list)
+    min_tokens: Annotated[int, Rule(ge=0, description="no stop token before this many tokens (vLLM's min_tokens)")] = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -481,6 +482,11 @@ class LoopSpec(Spec):
     repetition_penalty: Annotated[float, Rule(gt=0.0, le=100.0, strict=False, description="each token already in the "
                                               "history has its probability raised to this power")] = 1.0
     mask: Annotated[GrammarMask | None, Rule(description="a grammar mask that applies once a token is in the history")] = None
+    no_repeat_ngram: Annotated[int, Rule(ge=0, le=16, description="no n-gram of this size twice in a history (HF's "
+                                         "no_repeat_ngram_size; 0: off)")] = 0
+    bad_words: Annotated[list[Annotated[list[Annotated[int, Rule(ge=0)]], Rule(min_length=1)]], Rule(
+        json_schema_extra={"default": []}, description="token sequences that must not appear (HF's bad_words_ids)")] = field(
+        default_factory=list)
     position_temperatures: Annotated[list[Annotated[float, Rule(gt=0.0, le=100.0, strict=False)]], Rule(
         min_length=1, max_length=16, description="the target's temperature by context length n: "
         "position_temperatures[n % len] (a model with positions; [1.0]: none)")] = field(default_factory=lambda: [1.0])
@@ -692,6 +698,9 @@ class Scenario(Spec):
                     raise ValueError(f"{where}.preempt[{j}]: step {pre.step}, resume {pre.resume}; allowed: "
                                      f"arrive ({r.arrive}) <= step < resume")
             cap = self.request_budget(r)
+            if r.min_tokens > cap:
+                raise ValueError(f"{where}.min_tokens: {r.min_tokens} is above its max_tokens {cap}; allowed: "
+                                 f"0..{cap}")
             outputs = sum(v ** n for n in range(1, cap + 1))
             if outputs > 200_000:
                 raise ValueError(f"{where}.max_tokens: {cap} tokens over vocab {v} are up to {outputs:,} outputs to "
@@ -707,6 +716,10 @@ class Scenario(Spec):
             bad = [t for t in (self.loop.mask.after, *self.loop.mask.allowed) if t >= v]
             if bad:
                 raise ValueError(f"loop.mask: token {bad[0]} is outside the vocabulary; allowed: ids 0..{v - 1}")
+        for i, word in enumerate(self.loop.bad_words):
+            bad = [t for t in word if t >= v]
+            if bad:
+                raise ValueError(f"loop.bad_words[{i}]: token {bad[0]} is outside the vocabulary; allowed: ids 0..{v - 1}")
 
     def request_budget(self, request: LoopRequest) -> int:
         """Return a loop request's max_tokens: its own, else the scenario's, else its length."""
@@ -729,11 +742,13 @@ class Scenario(Spec):
         assert self.loop is not None
         loop = self.loop
         requests = tuple(Request(i, tuple(r.prompt), r.arrive, self.request_budget(r), r.finish,
-                                 tuple((p.step, p.resume) for p in r.preempt)) for i, r in enumerate(loop.requests))
+                                 tuple((p.step, p.resume) for p in r.preempt), r.min_tokens)
+                         for i, r in enumerate(loop.requests))
         return Trace(requests, self.k, self.vocab, tuple(self.stop_tokens or ()), float(loop.repetition_penalty),
                      None if loop.mask is None else loop.mask.after,
                      () if loop.mask is None else tuple(loop.mask.allowed),
-                     {re_.step: tuple(re_.order) for re_ in loop.reorders})
+                     {re_.step: tuple(re_.order) for re_ in loop.reorders}, loop.no_repeat_ngram,
+                     tuple(tuple(w) for w in loop.bad_words))
 
     def draft_map(self) -> np.ndarray | None:
         """Return the draft-to-target id map (None: the drafter speaks the target's vocabulary)."""

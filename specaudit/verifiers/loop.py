@@ -27,7 +27,8 @@ from specaudit.verifiers import reference
 __all__ = ["BUGS", "run_loop", "verify"]
 
 #: The loop's switches, each a bug of an engine's loop (the mutants of specaudit.verifiers.zoo.loop).
-BUGS = ("cache-by-slot", "penalty-last-token", "mask-window-start", "context-not-rolled-back", "padding-as-token")
+BUGS = ("cache-by-slot", "penalty-last-token", "mask-window-start", "context-not-rolled-back", "padding-as-token",
+        "min-tokens-last-only")
 
 
 def _sample(law: np.ndarray, rng: np.random.Generator) -> int:
@@ -101,7 +102,10 @@ def run_loop(trace: Trace, models: Models, rng: np.random.Generator, bugs: Colle
                 penalised = counted[rid] + drafts[i][:j]  # what the penalty counts
                 history = list(by_id[rid].prompt) + out[rid]
                 masked = history if "mask-window-start" in bugs else history + drafts[i][:j]  # the bug: the window's start
-                p[i, j] = process(models.target([window])[0], trace, penalised, masked)
+                last = j == len(drafts[i])  # the bonus position, or the row's last
+                floor = by_id[rid].min_tokens if last or "min-tokens-last-only" not in bugs else 0  # the bug: drafts unmasked
+                p[i, j] = process(models.target([window])[0], trace, penalised, masked, generated=len(out[rid]) + j,
+                                  min_tokens=floor)
         tokens_out, n_out = reference.verify(draft_arr, q, p, num_draft, rng)
         for i, rid in enumerate(order):
             emitted = [int(t) for t in tokens_out[i, : n_out[i]]]

@@ -49,7 +49,39 @@ def test_the_reference_loop_passes(shipped, seed):
     assert {d["request"] for d in law.data["requests"]} == {0, 1, 2, 4}  # request 3 is ended by the client
 
 
-@pytest.mark.parametrize("name", list(loop_zoo.MUTANTS))
+LOOP_V4 = [n for n in loop_zoo.MUTANTS if n != "min_tokens_last_only"]
+
+
+def test_min_tokens_history_bans_and_their_mutant_on_the_processing_scenario():
+    spec = resolve(["loop-processing-v6"])[0].spec
+    trace, models = spec.loop_trace(), spec.loop_models()
+    assert trace.no_repeat_ngram == 2 and trace.bad_words == ((1, 0),) and [r.min_tokens for r in trace.requests] == [3, 2, 3]
+    ok = run_loop(reference_loop.verify, trace, models, N, 1).checks[-1]
+    assert ok.status is Status.PENDING and ok.pvalue > 1e-3, ok.summary
+    for name in ("min_tokens_last_only", "mask_window_start"):  # stops before min_tokens; bans from the window's start
+        bad = run_loop(loop_zoo.MUTANTS[name].func, trace, models, N, 1).checks[-1]
+        assert bad.status is Status.FAILED and "probability 0" in bad.summary, (name, bad.summary)
+
+
+def test_process_bans_repeated_ngrams_bad_words_and_early_stops():
+    trace = Trace((), k=2, vocab=6, stop_tokens=(5,), no_repeat_ngram=2, bad_words=((1, 0), (4,)))
+    law = process(np.full(6, 1 / 6), trace, [2, 3, 1, 2], generated=1, min_tokens=2)
+    # bigram (2, 3) seen: 3 banned after 2; 4 is a bad word; 5 is a stop before min_tokens
+    assert np.flatnonzero(law).tolist() == [0, 1, 2] and abs(law.sum() - 1) < 1e-12
+    law = process(np.full(6, 1 / 6), trace, [0, 1], generated=2, min_tokens=2)
+    assert 0 not in np.flatnonzero(law) and 5 in np.flatnonzero(law)  # [1, 0] banned after 1; the stop is allowed now
+
+
+def test_processing_that_bans_every_token_is_a_usage_error(cli, tmp_path):
+    shipped = Path(resolve(["loop-processing-v6"])[0].path).read_text()
+    bad = tmp_path / "banned.yaml"
+    bad.write_text(shipped.replace("vocab: 6", "vocab: 3").replace("stop_tokens: [5]", "stop_tokens: [2]"))
+    res = cli("validate", bad)
+    assert res.exit_code == ExitCode.USAGE_ERROR and "the processing bans every token after" in res.output, res.output
+    assert f"{bad}:" in res.output
+
+
+@pytest.mark.parametrize("name", LOOP_V4)
 def test_each_loop_mutant_fails_the_law(shipped, name):
     law = _law_check(loop_zoo.MUTANTS[name].func, shipped, seed=5)
     assert law.status is Status.FAILED or law.pvalue < 1e-6, (name, law.summary)
@@ -143,7 +175,8 @@ def test_the_reference_loop_passes_and_a_mutant_fails_through_the_cli(cli, tmp_p
     res = cli("run", "reference-loop", "--samples", "1500", "--json", tmp_path / "ok.json")
     assert res.exit_code == ExitCode.OK, res.output
     doc = json.loads((tmp_path / "ok.json").read_text())
-    assert [s["name"] for s in doc["scenarios"]] == ["loop-v4"] and doc["scenarios"][0]["info"]["runs"] == 1500
+    assert [s["name"] for s in doc["scenarios"]] == ["loop-processing-v6", "loop-v4"]
+    assert all(s["info"]["runs"] == 1500 for s in doc["scenarios"])
     res = cli("run", "specaudit.verifiers.zoo.loop:padding_as_token", "-s", "loop-v4", "--samples", "1500")
     assert res.exit_code == ExitCode.CHECKS_FAILED and "loop-law" in res.output, res.output
 
@@ -175,6 +208,8 @@ def test_contracts_that_do_not_meet_are_usage_errors(cli):
     (("{prompt: [1], arrive: 2, max_tokens: 3}", "{prompt: [1], arrive: 2, max_tokens: 12}"),
      "loop.requests[4].max_tokens: 12 tokens over vocab 4 are up to 22,369,620 outputs to enumerate"),
     (("{prompt: [0]}", "{prompt: [0], arrive: -1}"), ":28: loop.requests[0].arrive: Input should be greater than or equal to 0"),
+    (("{prompt: [1], arrive: 2, max_tokens: 3}", "{prompt: [1], arrive: 2, max_tokens: 3, min_tokens: 4}"),
+     ":32: loop.requests[4].min_tokens: 4 is above its max_tokens 3"),
 ])
 def test_a_bad_trace_is_a_usage_error_naming_file_line_and_field(cli, tmp_path, edit, says):
     shipped = Path(resolve(["loop-v4"])[0].path).read_text()

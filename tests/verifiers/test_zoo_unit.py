@@ -307,7 +307,7 @@ def test_one_registry_holds_every_zoo():
     assert {m.algorithm for m in tree_zoo.MUTANTS.values()} == {"tree", "block"}
     assert len(seeded_zoo.MUTANTS) == 3 and all(m.seeded for m in seeded_zoo.MUTANTS.values())
     assert {m.contract for m in stops_zoo.MUTANTS.values()} == {"stops"} and all(m.func.stops for m in stops_zoo.MUTANTS.values())
-    assert len(loop_zoo.MUTANTS) == 5 and all(m.func.specaudit_contract == "loop" for m in loop_zoo.MUTANTS.values())
+    assert len(loop_zoo.MUTANTS) == 6 and all(m.func.specaudit_contract == "loop" for m in loop_zoo.MUTANTS.values())
     # a zoo-restricted lookup names only that zoo's mutants, as power and diagnosis need
     with pytest.raises(KeyError, match=r"unknown mutant 'unprocessed_q'; known: resample_from_p, "):
         mutants.get("unprocessed_q")

@@ -3,7 +3,8 @@
 Each is :func:`specaudit.verifiers.loop.run_loop` with one switch of
 :data:`specaudit.verifiers.loop.BUGS` on. The verifier call inside is the reference's: what is
 wrong is the state the loop keeps across steps, so no single verifier call shows it; the
-``loop-law`` check of a ``mode: loop`` scenario does (shipped: ``loop-v4``). Registered as
+``loop-law`` check of a ``mode: loop`` scenario does (shipped: ``loop-v4``; ``min_tokens_last_only`` on
+``loop-processing-v6``, whose requests have a ``min_tokens``). Registered as
 ``distribution`` mutants of the ``loop`` contract.
 """
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 from specaudit.verifiers.loop import run_loop
 from specaudit.verifiers.zoo import mutant as zoo
 
-__all__ = ["MUTANTS", "cache_by_slot", "context_not_rolled_back", "mask_window_start", "padding_as_token",
-           "penalty_last_token"]
+__all__ = ["MUTANTS", "cache_by_slot", "context_not_rolled_back", "mask_window_start", "min_tokens_last_only",
+           "padding_as_token", "penalty_last_token"]
 
 
 @zoo.register("distribution", "vLLM PR #41044 and #40269 (draft probabilities cached per batch slot handed to another "
@@ -50,7 +51,15 @@ def padding_as_token(trace, models, rng):
     return run_loop(trace, models, rng, {"padding-as-token"})
 
 
-for _mutant in (cache_by_slot, penalty_last_token, mask_window_start, context_not_rolled_back, padding_as_token):
+@zoo.register("distribution", "vLLM PR #32642 (before it the rejection sampler applied no min_tokens mask at the draft "
+              "positions: a stop token could be accepted before min_tokens)", contract="loop")
+def min_tokens_last_only(trace, models, rng):
+    """Ban the stop tokens below min_tokens at a step's last position only, not at its draft positions."""
+    return run_loop(trace, models, rng, {"min-tokens-last-only"})
+
+
+for _mutant in (cache_by_slot, penalty_last_token, mask_window_start, context_not_rolled_back, padding_as_token,
+                min_tokens_last_only):
     _mutant.specaudit_contract = "loop"  # type: ignore[attr-defined]
 
 #: The loop mutants of the one zoo registry, by name, in definition order.
