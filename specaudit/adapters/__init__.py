@@ -326,6 +326,10 @@ def bind(
     built: dict[tuple[str, str] | None, Callable[..., Any]] = {}
 
     def build(choice: AdapterChoice | None) -> Callable[..., Any]:
+        if choice is not None and stops.declares_stops(raw):  # an adapter speaks the canonical contract only
+            raise UsageError(f"{target if isinstance(target, str) else 'TARGET'} declares the stops contract "
+                             f"(verify.stops = True), which adapters do not speak; run it without --adapter "
+                             f"{choice.name} (the stops contract is the canonical one plus stops)")
         key = None if choice is None else (choice.name, repr(sorted(choice.options.items())))
         if key not in built:
             built[key] = stops.split_stops(logits.split_logprobs(raw)) if choice is None else wrap(raw, choice)

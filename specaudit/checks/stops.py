@@ -175,7 +175,7 @@ def _shape(spec: Any) -> tuple[int, int, list[int], int | None]:
     """Return the check's K, V, stop-token pool and budget cap for a scenario."""
     own = [int(t) for t in (getattr(spec, "stop_tokens", None) or [])]
     vocab = max(min(spec.vocab, MAX_VOCAB), max(own, default=0) + 1, 8)
-    pool = own or [vocab - 1, vocab - 2]  # the scenario's stop tokens, else the last two ids
+    pool = own[:2] or [vocab - 1, vocab - 2]  # two of the scenario's stop tokens (a row holds at most two), else the last two ids
     return max(spec.k, MIN_K), vocab, pool, getattr(spec, "max_tokens", None)
 
 

@@ -676,6 +676,9 @@ class Scenario(Spec):
         if not self.stop_tokens or len(set(self.stop_tokens)) != len(self.stop_tokens):
             raise ValueError(f"stop_tokens: {self.stop_tokens}: allowed: one or more distinct ids (omit the key for "
                              "the last two ids)")
+        if len(self.stop_tokens) >= self.vocab:
+            raise ValueError(f"stop_tokens: all {self.vocab} ids of the vocabulary are stop tokens: no request could "
+                             "emit anything but a stop; allowed: at most vocab - 1 stop tokens")
 
     def _check_loop(self) -> None:
         """Refuse a trace that no loop can run: tokens outside V, a finish before the arrival, a reorder that is no

@@ -479,11 +479,6 @@ def test_a_verifier_lossy_only_when_given_stops_fails(cli, tmp_path):
     assert res.exit_code == ExitCode.CHECKS_FAILED, res.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: adapters.bind splits the stops form only for a target with no adapter; under --adapter torch the "
-    "declaration is ignored: a stops verifier with a broken stop rule (budget_ignored) passes with exit 0 and the "
-    "report says 'the verifier does not declare the stops contract' though it does; expected: the stops check run "
-    "(exit 1), or exit 4 saying the stops contract is not supported with an adapter"))
 def test_a_declared_stops_verifier_behind_the_torch_adapter_is_not_reported_undeclared(cli, tmp_path):
     pytest.importorskip("torch")
     body = """
@@ -707,12 +702,6 @@ def test_an_odd_but_valid_stop_key_runs_and_judges(cli, tmp_path, old, new):
     assert res.exit_code == ExitCode.CHECKS_FAILED and "stops" in res.output, res.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: stop_tokens naming every id of the vocabulary validates (exit 0), then the stops check finds no token that "
-    "is nobody's stop and numpy raises inside specaudit (rng.choice of an empty list, checks/stops.py _inputs): run "
-    "exits 1 with 'the child stopped on ValueError: the verifier raised ValueError: a cannot be empty ...', an "
-    "internal error charged to the verifier (reference-stops itself); expected: exit 4 from validate and run naming "
-    "file, line and stop_tokens"))
 def test_stop_tokens_covering_the_vocabulary_are_a_usage_error(cli, tmp_path):
     bad = _edited(tmp_path, "stop_tokens: [7, 5]", "stop_tokens: [0, 1, 2, 3, 4, 5, 6, 7]")
     for command in (("validate", bad), ("run", "reference-stops", "-s", bad, "--no-power")):
