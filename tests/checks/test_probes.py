@@ -206,7 +206,7 @@ def test_sampling_verifier_is_not_a_temperature_zero_verifier():
 
 def test_mode_is_validated_and_leaves_old_hashes_alone():
     text = "name: x\nvocab: 2\nk: 1\nlength: 1\nsamples: 5\ntarget: {kind: context_free, probs: [0.5, 0.5]}\ndraft: {kind: same_as_target}\n"
-    with pytest.raises(ScenarioError, match=r"<string>:8: mode: .*'sample', 'greedy' or 'exact' \(got 'greedyy'\)"):
+    with pytest.raises(ScenarioError, match=r"<string>:8: mode: .*'sample', 'greedy', 'exact' or 'loop' \(got 'greedyy'\)"):
         parse_scenario(text + "mode: greedyy\n")
     plain = parse_scenario(text).spec
     assert plain.mode == "sample"
