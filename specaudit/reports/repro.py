@@ -30,6 +30,7 @@ from specaudit.checks.replay import REPEATS, RULES, Call, agree_chance, make_rng
 from specaudit.contract.targets import import_string, load_target
 from specaudit.errors import ResultsFileError
 from specaudit.reports import repro_scenario, repro_stops
+from specaudit.reports.repro_load import LOAD
 from specaudit.reports.repro_scenario import ScenarioRepro
 from specaudit.reports.repro_stops import StopsRepro
 
@@ -321,20 +322,7 @@ RULE = {rule_text!r}
 
 {source}
 
-def load(spec):
-    """Return the callable ``module:attr`` (or ``path/to/file.py:attr``) names."""
-    module_name, _, attr = spec.rpartition(":")
-    if module_name.endswith(".py"):
-        found = importlib.util.spec_from_file_location("repro_target", module_name)
-        module = importlib.util.module_from_spec(found)
-        found.loader.exec_module(module)
-    else:
-        module = importlib.import_module(module_name)
-    obj = module
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
+{load}
 
 def test_repro():
     verify = load(TARGET)
@@ -473,6 +461,7 @@ def render(f: Finding, shrunk: Shrunk, target: str, doc: Mapping[str, Any], data
                             else _CHECKS[rule])
     summary = f.summary if len(f.summary) <= 200 else f.summary[:197] + "..."
     return _FILE.format(
+        load=LOAD,
         scenario=f.scenario, check=f.check, rule_text=RULES[rule], version=doc.get("version", "?"),
         run_target=doc.get("target", "?"), summary=summary.replace('"""', "'''").replace("\\", "\\\\"),
         before=_shape_text(shrunk.before, call.tree), after=_shape_text(shrunk.after, call.tree),

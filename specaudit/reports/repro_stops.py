@@ -24,6 +24,7 @@ import numpy as np
 from specaudit.checks.stops import CASES, MIN_DRAFTS, judge_call, one_row
 from specaudit.contract.stops import split_stops
 from specaudit.contract.targets import load_target
+from specaudit.reports.repro_load import LOAD
 from specaudit.results import Status
 
 __all__ = ["StopsRepro", "build", "findings"]
@@ -157,20 +158,7 @@ STOP_TOKENS = np.array({tokens}, dtype=np.int64)
 REMAINING = np.array({remaining_array}, dtype=np.int64)
 
 
-def load(spec):
-    """Return the callable ``module:attr`` (or ``path/to/file.py:attr``) names."""
-    module_name, _, attr = spec.rpartition(":")
-    if module_name.endswith(".py"):
-        found = importlib.util.spec_from_file_location("repro_target", module_name)
-        module = importlib.util.module_from_spec(found)
-        found.loader.exec_module(module)
-    else:
-        module = importlib.import_module(module_name)
-    obj = module
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
+{load}
 
 def kept(tokens, stops, remaining):
     """The stop rule: each token checked for a stop, then the budget; return (tokens kept, reason, stop at the budget)."""
@@ -209,6 +197,7 @@ def _render(result: Mapping[str, Any], check: Mapping[str, Any], call: Any, seed
     summary = summary if len(summary) <= 200 else summary[:197] + "..."
     stops = [int(t) for t in call.stops.tokens[0] if t >= 0]
     return _FILE.format(
+        load=LOAD,
         scenario=result["name"], case=case, rule=CASES[case][1], version=doc.get("version", "?"),
         run_target=doc.get("target", "?"), summary=summary.replace('"""', "'''").replace("\\", "\\\\"),
         k=after[1], v=after[2], stop_tokens=stops, remaining=int(call.stops.remaining[0]),
