@@ -330,6 +330,11 @@ def bind(
             raise UsageError(f"{target if isinstance(target, str) else 'TARGET'} declares the stops contract "
                              f"(verify.stops = True), which adapters do not speak; run it without --adapter "
                              f"{choice.name} (the stops contract is the canonical one plus stops)")
+        if stops.declares_stops(raw) and (mode := logits.logprobs_mode(raw)) is not None:
+            raise UsageError(f"{target if isinstance(target, str) else 'TARGET'} declares both the stops contract "
+                             f"(verify.stops = True) and logprobs (verify.logprobs_mode = {mode!r}); each adds a "
+                             f"third return value, so they cannot be combined: audit the stops with one target and "
+                             f"the logprobs with another")
         key = None if choice is None else (choice.name, repr(sorted(choice.options.items())))
         if key not in built:
             built[key] = stops.split_stops(logits.split_logprobs(raw)) if choice is None else wrap(raw, choice)

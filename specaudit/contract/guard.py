@@ -31,6 +31,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
+import numpy as np
+
 from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
 
 #: A verifier of any contract (chain, logits, tree): `guarded` returns the same kind of callable.
@@ -262,6 +264,45 @@ def _stopped_at(where: str) -> str:
     return f" at {found[-1][0]}:{found[-1][1]} in {found[-1][2]}" if found else ""
 
 
+def _is_tensor(value: Any) -> bool:
+    """Return True for a torch tensor (left as it is: the device path reads its own, on its device)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _read_item(value: Any) -> Any:
+    """Return ``value`` as an ndarray when reading it runs code of its own (``__array__``); else as it is."""
+    if isinstance(value, np.ndarray) or _is_tensor(value) or not hasattr(type(value), "__array__"):
+        return value
+    return np.asarray(value)
+
+
+def read_return(result: Any) -> Any:
+    """Return a verifier's return value with every piece of user code that reading it runs already run.
+
+    A tuple, list or dict (of any subclass) becomes a plain one, so its ``__iter__``/``__len__`` run
+    here; an item defining ``__array__`` (not an ndarray or a torch tensor) becomes an ndarray. Called
+    inside the guarded call, so what that code raises, how long it takes and ``sys.exit`` in it are
+    the verifier's, under ``--timeout``, and nothing of it runs in the checks.
+    """
+    try:
+        if isinstance(result, dict):
+            return {key: _read_item(value) for key, value in dict(result).items()}
+        if isinstance(result, tuple):
+            return tuple(_read_item(value) for value in tuple(result))
+        if isinstance(result, list):
+            return [_read_item(value) for value in list(result)]
+        return result
+    except VerifierTimeout:
+        raise
+    except BaseException as exc:  # the return value's own code may raise anything, sys.exit included
+        if isinstance(exc, KeyboardInterrupt) and _SIGINT[0]:  # the user's Ctrl-C
+            raise
+        what = describe_exit(exc) if not isinstance(exc, Exception) else raised(exc)
+        raise VerifierCrash(f"reading the verifier's return value ({type(result).__name__}): "
+                            f"{what.replace('the verifier ', 'its code ', 1)}", _user_frames(exc)) from exc
+
+
 def guarded(verify: _Call, timeout: float | None = None, tag: int = -1) -> _Call:
     """Wrap ``verify`` so that anything it raises becomes a VerifierCrash carrying the user's frames.
 
@@ -276,7 +317,7 @@ def guarded(verify: _Call, timeout: float | None = None, tag: int = -1) -> _Call
     """
 
     def crash(exc: BaseException) -> VerifierCrash | ContractError:
-        if isinstance(exc, ContractError):  # an adapter found a layout breach (specaudit.adapters)
+        if isinstance(exc, (ContractError, VerifierCrash)):  # an adapter's layout breach; an unreadable return
             return exc
         if isinstance(exc, KeyboardInterrupt) and _SIGINT[0]:  # the user's Ctrl-C: not the verifier's fault
             raise exc
@@ -288,7 +329,7 @@ def guarded(verify: _Call, timeout: float | None = None, tag: int = -1) -> _Call
 
         def call(*args: Any) -> Any:  # any contract's arguments (specaudit.contract.logits, .tree)
             try:
-                return verify(*args)
+                return read_return(verify(*args))
             except BaseException as exc:  # the user's code may raise anything, sys.exit included
                 raise crash(exc) from exc
 
@@ -324,7 +365,7 @@ def guarded(verify: _Call, timeout: float | None = None, tag: int = -1) -> _Call
             stamps[slot] = t0  # the supervisor kills a call older than timeout + grace
         try:
             try:
-                result = verify(*args)
+                result = read_return(verify(*args))
             finally:
                 armed[0] = False
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -348,7 +389,7 @@ def guarded(verify: _Call, timeout: float | None = None, tag: int = -1) -> _Call
 
     def call_plain(*args: Any) -> Any:
         try:
-            return verify(*args)
+            return read_return(verify(*args))
         except BaseException as exc:  # the user's code may raise anything, sys.exit included
             raise crash(exc) from exc
 

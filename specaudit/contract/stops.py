@@ -96,13 +96,13 @@ def validate_finished(result: Any, batch: int) -> tuple[Any, np.ndarray]:
     finished = np.asarray(result[2])
     if finished.shape != (batch,):
         raise ContractError("shape", f"finished must have shape ({batch},), got {finished.shape}")
-    (finished,) = as_int64("dtype", "finished must be an integer array", finished=finished)
-    bad = ~np.isin(finished, list(FINISHED))
+    as_int64("dtype", "finished must be an integer array", finished=finished)
+    bad = ~np.isin(finished, list(FINISHED))  # on the values as returned: a wrapped uint64 is not -1
     if bad.any():
         b = int(np.flatnonzero(bad)[0])
         raise ContractError("finished", f"finished[{b}] = {finished[b]}: not one of "
                             + ", ".join(f"{code} ({name})" for code, name in FINISHED.items()))
-    return (result[0], result[1]), finished
+    return (result[0], result[1]), finished.astype(np.int64)
 
 
 def declares_stops(verify: Callable[..., Any]) -> bool:
@@ -116,6 +116,10 @@ def declares_stops(verify: Callable[..., Any]) -> bool:
         raise UsageError(f"{name}.stops = {declared!r}: not a bool; True declares the stops contract "
                          "(verify(..., rng, stops) -> (out, n_out, finished)), False or no attribute the canonical one")
     return declared
+
+
+#: The stops contract's positional arguments.
+ARGUMENTS = ("draft", "q", "p", "num_draft", "rng", "stops")
 
 
 def split_stops(verify: Callable[..., Any]) -> Callable[..., Any]:
@@ -136,13 +140,20 @@ def split_stops(verify: Callable[..., Any]) -> Callable[..., Any]:
             return result[0], result[1]
         return result
 
-    try:  # the canonical form's signature: the contract's arguments without ``stops``
+    try:
         sig = inspect.signature(verify)
-        params = list(sig.parameters.values())
-        if params and params[-1].kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
-            call.__signature__ = sig.replace(parameters=params[:-1])  # type: ignore[attr-defined]
     except (TypeError, ValueError):  # builtins, C extensions: the call itself decides
-        pass
+        sig = None
+    if sig is not None and not any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in sig.parameters.values()):
+        positional = [p for p in sig.parameters.values()
+                      if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        required = [p for p in positional if p.default is inspect.Parameter.empty]
+        if len(required) > len(ARGUMENTS):
+            raise UsageError(f"TARGET takes {len(required)} arguments {tuple(p.name for p in required)}; the stops "
+                             f"contract (verify.stops = True) passes {len(ARGUMENTS)} ({', '.join(ARGUMENTS)})")
+        # the canonical form's signature: the contract's five arguments and the keyword-only ones, not ``stops``
+        rest = [p for p in sig.parameters.values() if p not in positional]
+        call.__signature__ = sig.replace(parameters=positional[:len(ARGUMENTS) - 1] + rest)  # type: ignore[attr-defined]
     setattr(call, _STOPS, verify)
     return call
 

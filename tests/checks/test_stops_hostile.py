@@ -137,7 +137,7 @@ FAULTS = [
         def verify(draft, q, p, num_draft, rng, stops):
             out, n_out, finished = _reference(draft, q, p, num_draft, rng, stops)
             return (out, n_out, Finished()) if _stops_given(stops) else (out, n_out, finished)
-     """, "error", "the verifier called sys.exit(0)"),
+     """, "error", "reading the verifier's return value (tuple): its code called sys.exit(0)"),
     ("raises-in-len-of-return", """
         class Triple(tuple):
             def __len__(self):
@@ -384,11 +384,6 @@ def test_a_declaration_the_signature_cannot_take_is_an_error_never_a_pass(cli, t
     assert "takes 5 positional arguments but 6 were given" in _evidence(doc)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: split_stops strips the LAST parameter from the canonical form's signature, not the stops one; a "
-    "correct stops verifier with one more optional parameter (a keyword-only option, **kwargs, a defaulted "
-    "trailing parameter) keeps `stops` as a 6th required argument and check_arity refuses it: exit 4 'TARGET "
-    "takes 6 arguments (..., 'stops'); the probs contract passes 5 ... pass --contract logits' (expected: exit 0)"))
 @pytest.mark.parametrize("signature", [
     "draft, q, p, num_draft, rng, stops, *, debug=False",
     "draft, q, p, num_draft, rng, stops, **options",
@@ -404,11 +399,6 @@ def test_a_correct_stops_verifier_with_an_optional_parameter_passes(cli, tmp_pat
     assert res.exit_code == ExitCode.OK, res.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a stops verifier taking 7 required arguments is refused (exit 4, right) with the message 'TARGET takes 6 "
-    "arguments ('draft', 'q', 'p', 'num_draft', 'rng', 'stops'); the probs contract passes 5 ... pass --contract "
-    "logits': the count and the names are wrong (the last parameter, not stops, was stripped) and the advice is "
-    "for another contract; expected: it takes 7, the stops contract passes 6"))
 def test_a_stops_verifier_with_too_many_arguments_is_told_how_many_the_stops_contract_passes(cli, tmp_path):
     body = """
         def verify(draft, q, p, num_draft, rng, stops, extra):
@@ -420,11 +410,6 @@ def test_a_stops_verifier_with_too_many_arguments_is_told_how_many_the_stops_con
     assert "takes 7 arguments" in res.output and "extra" in res.output, res.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: verify.stops = True with verify.logprobs_mode set: split_logprobs takes the third return value for "
-    "logprobs and drops it, so the stops check is handed a pair and reports 'got a 2-tuple' for a verifier that "
-    "returned (out, n_out, finished); expected: exit 4 saying the two declarations cannot be combined (or a "
-    "defined return for both)"))
 def test_declaring_both_stops_and_logprobs_is_a_usage_error_naming_both(cli, tmp_path):
     body = """
         def verify(draft, q, p, num_draft, rng, stops):
@@ -497,9 +482,6 @@ def test_a_declared_stops_verifier_behind_the_torch_adapter_is_not_reported_unde
     assert res.exit_code in (ExitCode.CHECKS_FAILED, ExitCode.USAGE_ERROR), res.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (message): finished as uint64 holding 2**64 - 1 is reported as 'finished[0] = -1' (as_int64 wraps it "
-    "before the message is written); the verdict is right (FAILED), the value shown is not the one returned"))
 def test_a_wrapped_finished_value_is_shown_as_returned(cli, tmp_path):
     body = """
         def verify(draft, q, p, num_draft, rng, stops):
@@ -515,10 +497,6 @@ def test_a_wrapped_finished_value_is_shown_as_returned(cli, tmp_path):
     assert "18446744073709551615" in _evidence(doc), _evidence(doc)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (message): an exception raised by the verifier's returned value while specaudit validates it (here "
-    "finished.__array__) is reported as raised 'outside a verifier call (from a signal handler or a thread of its "
-    "own)'; it came from the stops call's return value; the verdict (ERROR, exit 1) is right"))
 def test_an_exception_from_the_returned_value_is_attributed_to_the_return(cli, tmp_path):
     body = """
         class Finished:
@@ -562,11 +540,6 @@ def _end_session(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: specaudit validates a verifier's return value outside the guarded call, so user code run by it (here "
-    "finished.__array__, which never returns) is not under --timeout and no supervisor watch ends it: the run "
-    "with --timeout 1 hangs for ever (killed here after 15 s); expected: exit 1, the stops scenario an ERROR "
-    "(timeout) within the timeout and its grace. The canonical contract has the same hole (out.__array__)"))
 def test_a_return_value_that_hangs_when_read_is_bounded_by_the_timeout(tmp_path):
     path = tmp_path / "hangs_when_read.py"
     path.write_text(HEADER + textwrap.dedent("""
@@ -616,10 +589,6 @@ def test_the_api_gives_the_same_verdicts(tmp_path, supervised):
     assert specaudit.run("reference-stops", ["stops"], supervised=supervised, power=False).exit_code() == ExitCode.OK
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: with supervised=False the return value is validated outside the guard, so what its __array__ raises "
-    "escapes specaudit.run raw: SystemExit(0) (a CI script calling specaudit.run ends 0: green) and RuntimeError; "
-    "expected: a RunResult whose stops scenario is an ERROR (exit 1), as a raise inside the call gives"))
 @pytest.mark.parametrize("raised", ["SystemExit(0)", "RuntimeError('array boom')"])
 def test_the_in_process_api_contains_what_a_return_value_raises(tmp_path, raised):
     target = _target(tmp_path, f"""

@@ -9,9 +9,11 @@ import signal
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import specaudit
+import specaudit.errors
 from specaudit.contract.guard import catch_interrupts, guarded, user_interrupted
 from specaudit.errors import ExitCode, VerifierCrash
 from specaudit.results import Status
@@ -87,4 +89,81 @@ def test_a_dead_block_worker_in_the_api_run_is_that_scenarios_error(monkeypatch)
     # in this process the culprit cannot be told apart from a scenario whose blocks ran beside it: both are
     # ERRORs that say so (the supervised CLI measures them again to tell; tests/test_hostile.py)
     assert second.error is None or "blocks of peaked-v8 ran in the same pool of workers" in second.error.message
+    assert result.exit_code() == ExitCode.CHECKS_FAILED
+
+
+# --- the return value's own code (``__array__``, a tuple subclass's ``__iter__``) runs inside the guard ----------
+
+class _ArrayRaises:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __array__(self, dtype=None, copy=None):
+        raise self.exc
+
+
+class _IterRaises(tuple):
+    def __iter__(self):
+        raise SystemExit(0)
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0], ids=["untimed", "timed"])
+@pytest.mark.parametrize(("result", "message"), [
+    ((_ArrayRaises(SystemExit(0)), 1), "reading the verifier's return value (tuple): its code called sys.exit(0)"),
+    ((_ArrayRaises(RuntimeError("boom")), 1), "reading the verifier's return value (tuple): its code raised "
+                                              "RuntimeError: boom"),
+    ([1, _ArrayRaises(KeyboardInterrupt())], "reading the verifier's return value (list): its code raised "
+                                             "KeyboardInterrupt itself (no Ctrl-C was pressed)"),
+    (_IterRaises((1, 2)), "reading the verifier's return value (_IterRaises): its code called sys.exit(0)"),
+], ids=["array-exit0", "array-raises", "array-keyboard-interrupt", "tuple-iter-exit0"])
+def test_what_reading_the_return_value_raises_is_the_verifiers(result, message, timeout):
+    with pytest.raises(VerifierCrash) as info:
+        guarded(lambda *a: result, timeout)(1, 2)
+    assert info.value.args[0] == message
+
+
+def test_the_return_value_is_read_into_plain_arrays_and_containers():
+    class Out:
+        def __array__(self, dtype=None, copy=None):
+            return np.arange(3)
+
+    class Pair(tuple):
+        pass
+
+    got = guarded(lambda *a: Pair((Out(), [1, 2])))(1, 2)
+    assert type(got) is tuple and type(got[0]) is np.ndarray and got[1] == [1, 2]
+    plain = np.zeros(2)
+    assert guarded(lambda *a: (plain,))()[0] is plain  # an ndarray is not copied
+    assert guarded(lambda *a: {"r": Out()})()["r"].tolist() == [0, 1, 2]  # the loop contract's mapping
+
+
+def test_a_return_value_that_hangs_when_read_is_under_the_timeout():
+    import time
+
+    class Slow:
+        def __array__(self, dtype=None, copy=None):
+            while True:
+                time.sleep(0.05)
+
+    start = time.monotonic()
+    with pytest.raises(specaudit.errors.VerifierTimeout):
+        guarded(lambda *a: (Slow(), 1), 0.5)()
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("raised", ["SystemExit(0)", "RuntimeError('array boom')"])
+def test_the_in_process_api_contains_what_a_canonical_return_value_raises(tmp_path, raised):
+    path = tmp_path / "returns.py"
+    path.write_text(
+        "from specaudit.verifiers.reference import verify as _reference\n"
+        "class Out:\n"
+        "    def __array__(self, dtype=None, copy=None):\n"
+        f"        raise {raised}\n"
+        "def verify(draft, q, p, num_draft, rng):\n"
+        "    out, n_out = _reference(draft, q, p, num_draft, rng)\n"
+        "    return Out(), n_out\n")
+    result = specaudit.run(f"{path}:verify", ["markov-v4"], supervised=False, samples=1000, diagnose=False,
+                           power=False)
+    (scenario,) = result.scenarios
+    assert scenario.status is Status.ERROR and "reading the verifier's return value" in scenario.error.message
     assert result.exit_code() == ExitCode.CHECKS_FAILED
