@@ -24,6 +24,7 @@ corner-greedy-drafter      efficiency  one-hot q at x -> accept w.p. p(x), resid
                                        bonus ~ p_next (X^2, p-value under the run's Holm)
 determinism                contract    same seed -> same output; another seed -> another output
                                        (unless the scenario's output law is degenerate: greedy)
+replicas                   contract    shared seed, inputs a few ulps apart -> the same output (TP ranks)
 padding-independence       contract    changing garbage past num_draft changes nothing
 adversarial-uniforms       contract    uniforms 0.0 / 1 - 2**-53: no p = 0 token, no id >= V;
                                        "not applicable" unless scripted draws reached every
@@ -749,6 +750,65 @@ def _determinism(pr: Prober) -> CheckResult:
                    drew=drew)
 
 
+#: Replicas of the ``replicas`` probe (the first is given the inputs as they are).
+REPLICAS = 4
+#: Most float64 ulps by which a replica's p and q entries differ from the first replica's.
+REPLICA_ULPS = 2
+
+
+def replicas(pr: Prober) -> CheckResult:
+    """Replicas given the same seed and inputs that differ by a few ulps make the same decisions.
+
+    Notes
+    -----
+    Engines that verify on several tensor-parallel ranks run the same verifier once per rank, on logits
+    each rank computed with its own reduction order (so they differ in the last bits), with a shared
+    seed; the ranks must emit the same tokens or they fall out of step (vLLM #31154 / PR #31288, where
+    drafts diverged across ranks and the collectives hung). Here :data:`REPLICAS` calls get the same
+    generator seed; every replica after the first gets each nonzero p and q entry multiplied by
+    ``1 + m * 2**-52`` with ``m`` in ``+-1 .. +-REPLICA_ULPS`` (zeros stay zero, drafts and num_draft
+    are the same). A verifier that decides from its uniforms (``u*q < p``, an inverse CDF) changes a
+    decision only when a uniform falls within a few ulps of its boundary; the probe states that
+    probability's bound, ``rows * (K + 1) * (replicas - 1) * (4 V + 8) * 2**-52``. What it catches:
+    decisions or randomness derived from the low bits of the inputs (a seed or a tie-break taken from a
+    digest or a sum of the logits), which the same-input determinism probe cannot see. Greedy scenarios
+    are skipped: an exact tie of p, broken either way by a few ulps, may legitimately change the argmax.
+    """
+    name = "replicas"
+    if pr.greedy:
+        return skipped(name, CONTRACT, "temperature 0 (mode: greedy): an exact tie of p broken by a few ulps may "
+                       "change the argmax of a correct verifier")
+    rng = pr.rng("replicas/inputs")
+    base = pr.standard(rng, pr.probe_rows)
+    seed = int(pr.rng("replicas/seed").integers(2**32))
+    first = pr.call(base.copy(), np.random.default_rng(seed))
+    rows, k, v = base.draft.shape[0], base.draft.shape[1], base.vocab
+    bound = rows * (k + 1) * (REPLICAS - 1) * (4 * v + 8) * 2.0**-52
+    eps = np.finfo(np.float64).eps
+    for r in range(1, REPLICAS):
+        ulps = rng.integers(1, REPLICA_ULPS + 1, size=base.p.shape) * rng.choice([-1, 1], size=base.p.shape)
+        p = base.p * (1 + ulps * eps)
+        ulps = rng.integers(1, REPLICA_ULPS + 1, size=base.q.shape) * rng.choice([-1, 1], size=base.q.shape)
+        q = base.q * (1 + ulps * eps)
+        replica = Inputs(base.draft.copy(), q, p, base.num_draft.copy())
+        got = pr.call(replica.copy(), np.random.default_rng(seed))
+        b = _same(first, got)
+        if b is not None:
+            return result_of(  # no replayable call: the finding is a pair of calls, not one
+                name, CONTRACT, False,
+                f"replica {r} of {REPLICAS}, seeded like the first ({seed}) and given p and q that differ by at most "
+                f"{REPLICA_ULPS} ulps, emitted {got[0][b, :got[1][b]].tolist()} at row {b} where the first emitted "
+                f"{first[0][b, :first[1][b]].tolist()}; a verifier deciding from its uniforms differs so with "
+                f"probability below {bound:.1g}: its decisions or randomness depend on the low bits of the inputs "
+                f"(tensor-parallel ranks would fall out of step, vLLM #31154)",
+                row=int(b), replica=r, seed=seed, bound=bound,
+            )
+    return result_of(name, CONTRACT, True,
+                     f"{REPLICAS} replicas with a shared seed and inputs {REPLICA_ULPS} ulps apart emitted the same "
+                     f"tokens on {rows} rows (a verifier deciding from its uniforms differs with probability "
+                     f"< {bound:.1g})", bound=bound)
+
+
 def padding_independence(pr: Prober) -> CheckResult:
     """Changing only what lies past num_draft (drafts, q rows, p rows after the bonus) changes nothing."""
     name = "padding-independence"
@@ -1022,6 +1082,7 @@ EXACT_CHECKS: list[tuple[str, Category, Callable[[Prober], CheckResult | list[Ch
     ("corner-one-hot", CONTRACT, corner_one_hot),
     ("corner-greedy-drafter", EFFICIENCY, corner_greedy_drafter),
     ("determinism", CONTRACT, determinism),
+    ("replicas", CONTRACT, replicas),
     ("padding-independence", CONTRACT, padding_independence),
     ("adversarial-uniforms", CONTRACT, adversarial_uniforms),
     ("inputs-unmodified", CONTRACT, inputs_unmodified),
@@ -1084,8 +1145,8 @@ def probe_all(pr: Any, plan: list[tuple[str, Category, Callable[[Any], Any]]], g
 #: Probes that hold for every lossless verifier of the canonical contract, whatever its algorithm (chain or
 #: block verification): the efficiency corners (p = q, one-hot run, greedy drafter) hold for the chain rule only.
 ANY_ALGORITHM = (
-    "corner-empty-batch", "corner-k0", "corner-zero-drafts", "corner-one-hot", "determinism", "padding-independence",
-    "adversarial-uniforms", "inputs-unmodified", "contract-clauses",
+    "corner-empty-batch", "corner-k0", "corner-zero-drafts", "corner-one-hot", "determinism", "replicas",
+    "padding-independence", "adversarial-uniforms", "inputs-unmodified", "contract-clauses",
 )
 
 

@@ -66,6 +66,7 @@ CONTROLS: dict[str, Control] = {
     "corner-one-hot-run": Control("corners", "reference", "mutant:ignore_drafts"),
     "corner-greedy-drafter": Control("corners", "reference", "mutant:resample_from_p"),
     "determinism": Control("corners", "reference", _file("exact_broken", "ignores_seed")),
+    "replicas": Control("corners", "reference", _file("exact_broken", "digest_seeded")),
     "padding-independence": Control("corners", "reference", "mutant:bonus_from_last"),
     "adversarial-uniforms": Control("corners", "reference", "mutant:leq_ratio"),
     "inputs-unmodified": Control("corners", "reference", _file("exact_broken", "mutates_p")),
