@@ -207,8 +207,16 @@ def not_declared() -> CheckResult:
 
 
 def _call(verify: Callable[..., Any], call: _Call, seed: int, *extra: Any) -> Any:
-    return verify(call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy(), np.random.default_rng(seed),
-                  *extra)
+    """Call ``verify`` on copies of ``call``'s inputs; return ``(its result, the first of draft, q, p, num_draft it
+    wrote into, or None)``."""
+    given = (call.draft.copy(), call.q.copy(), call.p.copy(), call.num_draft.copy())
+    result = verify(*given, np.random.default_rng(seed), *extra)
+    names = ("draft", "q", "p", "num_draft")
+    pairs = zip(names, given, (call.draft, call.q, call.p, call.num_draft))  # the stops are its own copy to keep
+    written = next((name for name, got, was in pairs
+                    if np.shape(got) != np.shape(was) or not np.array_equal(got, was, equal_nan=got.dtype.kind == "f")),
+                   None)
+    return result, written
 
 
 def run_stops(verify: Callable[..., Any], canonical: Callable[..., Any], spec: Any, seed: int,
@@ -232,9 +240,18 @@ def run_stops(verify: Callable[..., Any], canonical: Callable[..., Any], spec: A
     return ExactOutcome((_judge(call, plain, stopped),), None, 2, seconds, {"rows": 2 * len(call.cases)})
 
 
-def _judge(call: _Call, plain: Any, stopped: Any) -> CheckResult:
-    """Return the check's result: the stopped call against the stop rule applied to the unbounded one."""
+def _judge(call: _Call, plain_call: tuple[Any, str | None], stopped_call: tuple[Any, str | None]) -> CheckResult:
+    """Return the check's result: the stopped call against the stop rule applied to the unbounded one.
+
+    Each call is ``(its result, the input it wrote into)``; a write fails the check (the split form's
+    calls are also watched by inputs-unmodified, the stops call only here).
+    """
     vocab = call.p.shape[-1]
+    (plain, _), (stopped, written) = plain_call, stopped_call
+    if written is not None:
+        return result_of(NAME, Category.CONTRACT, False,
+                         f"the call with stops wrote into its input {written} (the caller's buffer; every engine call "
+                         f"passes stops): inputs must not be written to", written=written)
     try:
         out0, n0 = validate_output(plain, call.draft, call.num_draft, vocab)
         pair, finished = validate_finished(stopped, len(call.cases))

@@ -424,10 +424,6 @@ def test_declaring_both_stops_and_logprobs_is_a_usage_error_naming_both(cli, tmp
 
 # --- what the stops check does not see ----------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gap: the stops check hands its calls copies and never compares them, and inputs-unmodified drives only the "
-    "split form (no stop tokens): a verifier that zeroes p and draft in place only when it is given stop tokens "
-    "(every engine call) passes with exit 0; expected: exit 1, inputs-unmodified (or stops) failed"))
 def test_a_verifier_writing_into_its_inputs_only_when_given_stops_fails(cli, tmp_path):
     body = """
         def verify(draft, q, p, num_draft, rng, stops):
