@@ -756,6 +756,13 @@ REPLICAS = 4
 REPLICA_ULPS = 2
 
 
+def _ulps_apart(x: np.ndarray, rng: np.random.Generator, eps: float) -> np.ndarray:
+    """Return ``x`` with each entry strictly between 0 and 1 moved by 1 .. REPLICA_ULPS ulps; 0 and 1 stay (a one-hot
+    law, an n-gram drafter's q, has no low bits that another rank could compute differently)."""
+    ulps = rng.integers(1, REPLICA_ULPS + 1, size=x.shape) * rng.choice([-1, 1], size=x.shape)
+    return np.where((x > 0) & (x < 1), x * (1 + ulps * eps), x)
+
+
 def replicas(pr: Prober) -> CheckResult:
     """Replicas given the same seed and inputs that differ by a few ulps make the same decisions.
 
@@ -765,9 +772,9 @@ def replicas(pr: Prober) -> CheckResult:
     each rank computed with its own reduction order (so they differ in the last bits), with a shared
     seed; the ranks must emit the same tokens or they fall out of step (vLLM #31154 / PR #31288, where
     drafts diverged across ranks and the collectives hung). Here :data:`REPLICAS` calls get the same
-    generator seed; every replica after the first gets each nonzero p and q entry multiplied by
-    ``1 + m * 2**-52`` with ``m`` in ``+-1 .. +-REPLICA_ULPS`` (zeros stay zero, drafts and num_draft
-    are the same). A verifier that decides from its uniforms (``u*q < p``, an inverse CDF) changes a
+    generator seed; every replica after the first gets each p and q entry strictly between 0 and 1 multiplied by
+    ``1 + m * 2**-52`` with ``m`` in ``+-1 .. +-REPLICA_ULPS`` (zeros and ones stay, drafts and
+    num_draft are the same). A verifier that decides from its uniforms (``u*q < p``, an inverse CDF) changes a
     decision only when a uniform falls within a few ulps of its boundary; the probe states that
     probability's bound, ``rows * (K + 1) * (replicas - 1) * (4 V + 8) * 2**-52``. What it catches:
     decisions or randomness derived from the low bits of the inputs (a seed or a tie-break taken from a
@@ -793,10 +800,7 @@ def replicas(pr: Prober) -> CheckResult:
     bound = rows * (k + 1) * (REPLICAS - 1) * (4 * v + 8) * 2.0**-52
     eps = np.finfo(np.float64).eps
     for r in range(1, REPLICAS):
-        ulps = rng.integers(1, REPLICA_ULPS + 1, size=base.p.shape) * rng.choice([-1, 1], size=base.p.shape)
-        p = base.p * (1 + ulps * eps)
-        ulps = rng.integers(1, REPLICA_ULPS + 1, size=base.q.shape) * rng.choice([-1, 1], size=base.q.shape)
-        q = base.q * (1 + ulps * eps)
+        p, q = (_ulps_apart(x, rng, eps) for x in (base.p, base.q))
         replica = Inputs(base.draft.copy(), q, p, base.num_draft.copy())
         got = pr.call(replica.copy(), np.random.default_rng(seed))
         b = _same((first[0][compared], first[1][compared]), (got[0][compared], got[1][compared]))

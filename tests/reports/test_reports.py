@@ -111,7 +111,7 @@ def test_junit_failures_errors_and_properties():
     doc = document(failing())
     root = ET.fromstring(junit.render(from_document(doc)))
     cases = root.findall(".//testcase")
-    assert len(cases) == sum(len(s["checks"]) for s in doc["scenarios"]) == 2 * (3 + 8)  # 3 statistical + 8 probe results
+    assert len(cases) == sum(len(s["checks"]) for s in doc["scenarios"]) == 2 * (3 + 9)  # 3 statistical + 9 probe results
     failures = [c for c in cases if c.find("failure") is not None]
     assert {c.get("name") for c in failures} >= {"joint-law"}
     text = failures[0].find("failure").text
