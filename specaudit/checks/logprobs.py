@@ -23,7 +23,7 @@ import numpy as np
 from specaudit.chains.logits import params_of
 from specaudit.chains.processing import SamplingParams, process
 from specaudit.checks.probes import ExactOutcome, result_of, skipped
-from specaudit.contract.chain import validate_output
+from specaudit.contract.chain import returned_arrays, validate_output
 from specaudit.contract.logits import LogitsParams
 from specaudit.errors import ContractError, VerifierCrash, VerifierTimeout
 from specaudit.results import Category, CheckResult, Status
@@ -98,7 +98,10 @@ def _judge(result: Any, mode: str, draft: np.ndarray, num_draft: np.ndarray, dec
         out, n_out = validate_output(result[:2], draft, num_draft, declared.shape[-1])
     except ContractError as exc:
         return result_of(NAME, Category.CONTRACT, False, f"{says}: {exc}")
-    logprobs = np.asarray(result[2])
+    try:
+        (logprobs,) = returned_arrays("logprobs", "logprobs must be float [B, K+1]", logprobs=result[2])
+    except ContractError as exc:
+        return result_of(NAME, Category.CONTRACT, False, f"{says}: {exc}")
     rows, width = out.shape
     if logprobs.shape != (rows, width) or logprobs.dtype.kind != "f":
         return result_of(NAME, Category.CONTRACT, False,

@@ -198,6 +198,18 @@ def assemble(
     return out, n_acc + emit
 
 
+def returned_arrays(clause: str, rule: str, **values: Any) -> tuple[np.ndarray, ...]:
+    """Return the verifier's returned ``values`` as arrays; raise ContractError ``clause`` naming the first that is not
+    rectangular (a ragged list of rows) or cannot be an array at all."""
+    arrays = []
+    for name, value in values.items():
+        try:
+            arrays.append(np.asarray(value))
+        except (TypeError, ValueError) as exc:
+            raise ContractError(clause, f"{rule}: {name} is not a rectangular array ({exc})") from None
+    return tuple(arrays)
+
+
 def as_int64(clause: str, rule: str, **arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     """Return ``arrays`` as int64; raise ContractError ``clause`` (``rule``: its text) naming the first holding no integers."""
     for name, arr in arrays.items():
@@ -220,7 +232,7 @@ def validate_output(
     """
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ContractError("return", f"{CLAUSES['return']}; got {type(result).__name__}")
-    out, n_out = (np.asarray(x) for x in result)
+    out, n_out = returned_arrays("shape", CLAUSES["shape"], out=result[0], n_out=result[1])
     batch, k = draft.shape
     if out.shape != (batch, k + 1) or n_out.shape != (batch,):
         raise ContractError(

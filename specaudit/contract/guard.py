@@ -270,9 +270,14 @@ def _is_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+#: Item types whose reading runs no user code (the validators convert them): builtins and numpy scalars.
+_PLAIN = (list, tuple, int, float, complex, bool, str, bytes, type(None), np.ndarray, np.generic)
+
+
 def _read_item(value: Any) -> Any:
-    """Return ``value`` as an ndarray when reading it runs code of its own (``__array__``); else as it is."""
-    if isinstance(value, np.ndarray) or _is_tensor(value) or not hasattr(type(value), "__array__"):
+    """Return ``value`` as an ndarray when it is an object of another type (reading it runs its own code:
+    ``__array__``, ``__len__``, ``__getitem__``); builtins, ndarrays and torch tensors as they are."""
+    if isinstance(value, _PLAIN) or _is_tensor(value):
         return value
     return np.asarray(value)
 
@@ -281,7 +286,7 @@ def read_return(result: Any) -> Any:
     """Return a verifier's return value with every piece of user code that reading it runs already run.
 
     A tuple, list or dict (of any subclass) becomes a plain one, so its ``__iter__``/``__len__`` run
-    here; an item defining ``__array__`` (not an ndarray or a torch tensor) becomes an ndarray. Called
+    here; an item of any other type than a builtin, an ndarray or a torch tensor becomes an ndarray. Called
     inside the guarded call, so what that code raises, how long it takes and ``sys.exit`` in it are
     the verifier's, under ``--timeout``, and nothing of it runs in the checks.
     """

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from specaudit.contract.chain import as_int64
+from specaudit.contract.chain import as_int64, returned_arrays
 from specaudit.errors import ContractError, UsageError
 
 __all__ = [
@@ -93,7 +93,7 @@ def validate_finished(result: Any, batch: int) -> tuple[Any, np.ndarray]:
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         raise ContractError("return", "a verifier declaring stops returns (out, n_out, finished); got "
                             + (f"a {len(result)}-tuple" if isinstance(result, (tuple, list)) else type(result).__name__))
-    finished = np.asarray(result[2])
+    (finished,) = returned_arrays("shape", f"finished must have shape ({batch},)", finished=result[2])
     if finished.shape != (batch,):
         raise ContractError("shape", f"finished must have shape ({batch},), got {finished.shape}")
     as_int64("dtype", "finished must be an integer array", finished=finished)

@@ -49,7 +49,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from specaudit.chains.processing import SamplingParams
-from specaudit.contract.chain import as_int64
+from specaudit.contract.chain import as_int64, returned_arrays
 from specaudit.errors import ContractError, UsageError
 
 #: Clause id -> what a tree verifier must do.
@@ -240,7 +240,7 @@ def validate_tree_output(
     """
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ContractError("tree-return", f"{CLAUSES['tree-return']}; got {type(result).__name__}")
-    path, final = (np.asarray(x) for x in result)
+    path, final = returned_arrays("tree-shape", CLAUSES["tree-shape"], path=result[0], final=result[1])
     batch = parent.shape[0]
     if path.ndim != 2 or path.shape[0] != batch or final.shape != (batch,):
         raise ContractError(

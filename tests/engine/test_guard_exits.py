@@ -167,3 +167,34 @@ def test_the_in_process_api_contains_what_a_canonical_return_value_raises(tmp_pa
     (scenario,) = result.scenarios
     assert scenario.status is Status.ERROR and "reading the verifier's return value" in scenario.error.message
     assert result.exit_code() == ExitCode.CHECKS_FAILED
+
+
+class _Rows:
+    """A sequence type of the verifier's own: reading it (numpy's ``len``/``getitem``) runs its code."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        raise RuntimeError("row boom")
+
+
+def test_an_object_of_the_verifiers_own_type_is_read_inside_the_guard():
+    with pytest.raises(VerifierCrash) as info:
+        guarded(lambda *a: (_Rows(), 1))()
+    assert info.value.args[0] == "reading the verifier's return value (tuple): its code raised RuntimeError: row boom"
+    assert guarded(lambda *a: ([[1, 2], [3]], 1))()[0] == [[1, 2], [3]]  # builtins stay for the contract's clauses
+
+
+def test_a_ragged_out_is_a_contract_breach_with_exit_1_not_an_internal_error(cli, tmp_path):
+    path = tmp_path / "ragged.py"
+    path.write_text(
+        "from specaudit.verifiers.reference import verify as _reference\n"
+        "def verify(draft, q, p, num_draft, rng):\n"
+        "    out, n_out = _reference(draft, q, p, num_draft, rng)\n"
+        "    return [list(row)[: 1 + i % 2] for i, row in enumerate(out)], n_out\n")
+    out = tmp_path / "r.json"
+    result = cli("run", f"{path}:verify", "-s", "markov-v4", "--samples", "1000", "--no-power", "--json", str(out))
+    assert result.exit_code == ExitCode.CHECKS_FAILED, result.output
+    doc = __import__("json").loads(out.read_text())
+    assert doc["exit_code"] == 1 and "out is not a rectangular array" in doc["scenarios"][0]["error"]["message"]
